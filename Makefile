@@ -1,0 +1,62 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each sets up what it needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+DEVICE ?= npu
+BUILD_DEPS := scikit-build-core>=0.10 pybind11>=2.13 scipy-openblas32==0.3.34.481.3
+RUN_DEPS := numpy>=1.26 cffi>=1.16 click>=8.1 rich>=13 pytest>=8 hypothesis>=6 torch==2.13.0
+SOURCES := $(shell git ls-files 2>/dev/null | grep -E '\.(c|h|cpp|hpp|py|txt|toml|yaml)$$|CMakeLists')
+SELFTEST_DIR := build/selftest
+ASAN_DIR := build/selftest-asan
+
+.PHONY: demo test sysdeps install selftest selftest-asan pytest bench clean
+
+sysdeps:
+	@bash .ci/sysdeps.sh
+
+$(VENV)/.deps: pyproject.toml | sysdeps
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(BUILD_DEPS) $(RUN_DEPS)
+	touch $@
+
+# Non-editable install into the venv; build/ keeps CMake's objects between runs.
+$(VENV)/.installed: $(VENV)/.deps $(SOURCES)
+	$(PIP) install -q --no-build-isolation --no-deps .
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	OAR_REFCPU_DEVICE_TYPE=$(DEVICE) $(VENV)/bin/oar info
+	OAR_REFCPU_DEVICE_TYPE=$(DEVICE) $(PY) examples/demo.py --device $(DEVICE)
+
+# The CPU plugin's C self-test, plain and under AddressSanitizer + UBSan.
+selftest: $(VENV)/.deps
+	cmake -S reference_backends/cpu -B $(SELFTEST_DIR) -DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(SELFTEST_DIR) -j2 >/dev/null
+	$(SELFTEST_DIR)/refcpu_selftest $(SELFTEST_DIR)/liboar_refcpu.so
+	OAR_REFCPU_STRICT=1 $(SELFTEST_DIR)/refcpu_selftest $(SELFTEST_DIR)/liboar_refcpu.so
+
+selftest-asan: $(VENV)/.deps
+	cmake -S reference_backends/cpu -B $(ASAN_DIR) -DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Debug -DOAR_REFCPU_SANITIZE=ON >/dev/null
+	cmake --build $(ASAN_DIR) -j2 >/dev/null
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(ASAN_DIR)/refcpu_selftest $(ASAN_DIR)/liboar_refcpu.so
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OAR_REFCPU_STRICT=1 \
+	  $(ASAN_DIR)/refcpu_selftest $(ASAN_DIR)/liboar_refcpu.so
+
+pytest: install
+	$(PY) -m pytest -q
+
+test: selftest selftest-asan pytest
+
+bench: install
+	$(PY) bench/launch_overhead.py
+	$(PY) bench/memcpy_bandwidth.py
+	$(PY) bench/matmul_gflops.py
+
+clean:
+	rm -rf build $(VENV)
