@@ -1,0 +1,88 @@
+/* Coalescing strided iteration shared by the library kernels. */
+#include "strided.h"
+
+int64_t shape_numel(int ndim, const int64_t* shape) {
+  int64_t count = 1;
+  for (int d = 0; d < ndim; d++) count *= shape[d];
+  return count;
+}
+
+void strided_plan_make(strided_plan* plan, int ndim, const int64_t* shape,
+                       int num_tensors, const int64_t* const* element_strides,
+                       const int* element_sizes) {
+  plan->num_tensors = num_tensors;
+  int kept = 0;
+  bool empty = false;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] == 0) empty = true;
+    if (shape[d] == 1) continue; /* size-1 dims never move a pointer */
+    plan->shape[kept] = shape[d];
+    for (int t = 0; t < num_tensors; t++)
+      plan->strides[t][kept] = element_strides[t][d] * element_sizes[t];
+    kept++;
+  }
+  if (empty || kept == 0) {
+    plan->ndim = 1;
+    plan->shape[0] = empty ? 0 : 1;
+    for (int t = 0; t < num_tensors; t++) plan->strides[t][0] = element_sizes[t];
+    return;
+  }
+  /* Merge dim d into the outer dim before it when every tensor steps evenly across both. */
+  int merged = 0;
+  for (int d = 1; d < kept; d++) {
+    bool contiguous = true;
+    for (int t = 0; t < num_tensors; t++)
+      if (plan->strides[t][merged] != plan->strides[t][d] * plan->shape[d]) contiguous = false;
+    if (contiguous) {
+      plan->shape[merged] *= plan->shape[d];
+      for (int t = 0; t < num_tensors; t++) plan->strides[t][merged] = plan->strides[t][d];
+    } else {
+      merged++;
+      plan->shape[merged] = plan->shape[d];
+      for (int t = 0; t < num_tensors; t++) plan->strides[t][merged] = plan->strides[t][d];
+    }
+  }
+  plan->ndim = merged + 1;
+}
+
+void strided_plan_views(strided_plan* plan, int num_tensors, const tensor_view* const* views) {
+  const int64_t* strides[STRIDED_MAX_TENSORS];
+  int sizes[STRIDED_MAX_TENSORS];
+  for (int t = 0; t < num_tensors; t++) {
+    strides[t] = views[t]->strides;
+    sizes[t] = views[t]->elem_size;
+  }
+  strided_plan_make(plan, views[0]->ndim, views[0]->shape, num_tensors, strides, sizes);
+}
+
+int64_t strided_plan_numel(const strided_plan* plan) {
+  return shape_numel(plan->ndim, plan->shape);
+}
+
+void strided_for_each_row(const strided_plan* plan, char* const* bases,
+                          strided_row_fn row, void* context) {
+  if (strided_plan_numel(plan) == 0) return;
+  int outer = plan->ndim - 1;
+  int64_t inner = plan->shape[outer];
+  int64_t row_strides[STRIDED_MAX_TENSORS];
+  char* pointers[STRIDED_MAX_TENSORS];
+  int64_t index[REFCPU_MAX_DIMS] = {0};
+  for (int t = 0; t < plan->num_tensors; t++) {
+    row_strides[t] = plan->strides[t][outer];
+    pointers[t] = bases[t];
+  }
+  for (;;) {
+    row(pointers, row_strides, inner, context);
+    /* Odometer step over the outer dims. */
+    int d = outer - 1;
+    for (; d >= 0; d--) {
+      index[d]++;
+      for (int t = 0; t < plan->num_tensors; t++) pointers[t] += plan->strides[t][d];
+      if (index[d] < plan->shape[d]) break;
+      for (int t = 0; t < plan->num_tensors; t++)
+        pointers[t] -= plan->strides[t][d] * plan->shape[d];
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
