@@ -1,0 +1,193 @@
+#include "host_callbacks.hpp"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "errors.hpp"
+
+namespace oar {
+
+namespace {
+
+std::atomic<bool> g_python_open{true};
+std::atomic<int> g_calls_in_python{0};
+
+bool interpreter_running() {
+  if (!Py_IsInitialized()) return false;
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsFinalizing();
+#else
+  return !_Py_IsFinalizing();
+#endif
+}
+
+// Holds the GIL for a plugin thread, unless Python is shutting down. The
+// counter is raised before the open flag is read, so stop_python_entries sees
+// every call that got in.
+class PythonEntry {
+ public:
+  PythonEntry() {
+    g_calls_in_python.fetch_add(1);
+    entered_ = g_python_open.load() && interpreter_running();
+    if (entered_) {
+      gil_ = PyGILState_Ensure();
+    } else {
+      g_calls_in_python.fetch_sub(1);
+    }
+  }
+  ~PythonEntry() {
+    if (entered_) {
+      PyGILState_Release(gil_);
+      g_calls_in_python.fetch_sub(1);
+    }
+  }
+  PythonEntry(const PythonEntry&) = delete;
+  PythonEntry& operator=(const PythonEntry&) = delete;
+  bool entered() const { return entered_; }
+
+ private:
+  bool entered_ = false;
+  PyGILState_STATE gil_{};
+};
+
+// ---- log sinks --------------------------------------------------------------
+
+constexpr size_t kLogSlots = 32;
+
+struct LogSlot {
+  std::mutex mutex;
+  std::string label;
+  bool taken = false;
+};
+
+std::array<LogSlot, kLogSlots> g_log_slots;
+std::mutex g_log_slots_mutex;
+
+const char* level_word(int32_t level) {
+  switch (level) {
+    case OAR_LOG_DEBUG: return "DEBUG";
+    case OAR_LOG_INFO: return "INFO";
+    case OAR_LOG_WARNING: return "WARNING";
+    case OAR_LOG_ERROR: return "ERROR";
+    default: return "WARNING";
+  }
+}
+
+int python_log_level(int32_t level) {
+  switch (level) {
+    case OAR_LOG_DEBUG: return 10;
+    case OAR_LOG_INFO: return 20;
+    case OAR_LOG_ERROR: return 40;
+    default: return 30;  // WARNING and unknown levels
+  }
+}
+
+void forward_log(LogSlot& slot, int32_t level, const char* message) {
+  std::string label;
+  {
+    std::lock_guard<std::mutex> lock(slot.mutex);
+    label = slot.label;
+  }
+  std::string text = copy_plugin_text(message);
+  PythonEntry entry;
+  if (!entry.entered()) {
+    // Python is gone: keep warnings and errors visible, drop the chatter.
+    if (level >= OAR_LOG_WARNING || level < OAR_LOG_DEBUG) {
+      std::fprintf(stderr, "oar.plugin %s: %s: %s\n", level_word(level), label.c_str(), text.c_str());
+    }
+    return;
+  }
+  try {
+    static PyObject* logger =
+        py::module_::import("logging").attr("getLogger")("oar.plugin").release().ptr();
+    py::handle(logger).attr("log")(python_log_level(level), "%s: %s", to_python_text(label),
+                                   to_python_text(text));
+  } catch (py::error_already_set& error) {
+    error.discard_as_unraisable("oar: forwarding a plugin log message");
+  } catch (const std::exception&) {
+    // a message that cannot be logged is dropped; the plugin thread must not unwind
+  }
+}
+
+template <size_t Slot>
+void log_trampoline(int32_t level, const char* message) {
+  forward_log(g_log_slots[Slot], level, message);
+}
+
+template <size_t... Slots>
+constexpr std::array<LogSink, kLogSlots> make_log_sinks(std::index_sequence<Slots...>) {
+  return {&log_trampoline<Slots>...};
+}
+
+constexpr std::array<LogSink, kLogSlots> kLogSinks = make_log_sinks(std::make_index_sequence<kLogSlots>{});
+
+}  // namespace
+
+LogSink acquire_log_sink(const std::string& label) {
+  std::lock_guard<std::mutex> lock(g_log_slots_mutex);
+  for (size_t i = 0; i < kLogSlots; ++i) {
+    if (!g_log_slots[i].taken) {
+      g_log_slots[i].taken = true;
+      std::lock_guard<std::mutex> slot_lock(g_log_slots[i].mutex);
+      g_log_slots[i].label = label;
+      return kLogSinks[i];
+    }
+  }
+  // More plugins than slots (never in practice): they share the last one.
+  std::lock_guard<std::mutex> slot_lock(g_log_slots[kLogSlots - 1].mutex);
+  g_log_slots[kLogSlots - 1].label = "plugin";
+  return kLogSinks[kLogSlots - 1];
+}
+
+void relabel_log_sink(LogSink sink, const std::string& label) {
+  for (size_t i = 0; i < kLogSlots; ++i) {
+    if (kLogSinks[i] == sink) {
+      std::lock_guard<std::mutex> lock(g_log_slots[i].mutex);
+      if (i != kLogSlots - 1 || g_log_slots[i].label != "plugin") g_log_slots[i].label = label;
+      return;
+    }
+  }
+}
+
+// ---- stream callbacks -----------------------------------------------------------
+
+void* retain_stream_callback(const py::object& callable) {
+  return callable.inc_ref().ptr();
+}
+
+void release_unused_stream_callback(void* user_data) {
+  Py_XDECREF(static_cast<PyObject*>(user_data));
+}
+
+void stream_callback_trampoline(oar_stream, oar_status status, void* user_data) {
+  PythonEntry entry;
+  if (!entry.entered()) return;  // Python is gone: the callable is leaked, never released late
+  PyObject* callable = static_cast<PyObject*>(user_data);
+  PyObject* result = PyObject_CallFunction(callable, "i", static_cast<int>(status));
+  if (result == nullptr) {
+    PyErr_WriteUnraisable(callable);
+  } else {
+    Py_DECREF(result);
+  }
+  Py_DECREF(callable);
+}
+
+void stop_python_entries() {
+  g_python_open.store(false);
+  py::gil_scoped_release release;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (g_calls_in_python.load() > 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "oar: a plugin thread is still inside Python at exit; not waiting longer\n");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace oar

@@ -1,0 +1,19 @@
+// oar._C: the C++ core of the Oar runtime, one register_* per concern.
+#include <pybind11/pybind11.h>
+
+#include "device_memory.hpp"
+#include "dtypes.hpp"
+#include "kernels.hpp"
+#include "modules.hpp"
+#include "plugin.hpp"
+#include "streams_events.hpp"
+
+PYBIND11_MODULE(_C, module) {
+  module.doc() = "The C++ core of Oar: plugin loading and the device ABI as Python calls.";
+  oar::register_dtypes(module);
+  oar::PluginClass plugin_class = oar::register_plugin(module);
+  oar::register_streams_events(module);
+  oar::register_device_memory(plugin_class);
+  oar::register_kernels(module, plugin_class);
+  oar::register_modules(module, plugin_class);
+}

@@ -1,0 +1,129 @@
+"""The ``oar`` command: ``oar info`` (plugins, devices, entry points) and
+``oar --include-dir`` (where device_api.h is installed, for vendors' builds)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["main", "include_dir"]
+
+
+def include_dir() -> Path:
+    """The directory to pass with -I: it holds oar/device_api.h."""
+    installed = Path(__file__).resolve().parent / "include"
+    if (installed / "oar" / "device_api.h").is_file():
+        return installed
+    source = Path(__file__).resolve().parents[2] / "interface" / "include"
+    if (source / "oar" / "device_api.h").is_file():
+        return source
+    raise click.ClickException("device_api.h is neither installed with oar nor in a source checkout")
+
+
+def _text(value: object) -> str:
+    """Plugin-provided text made inert for rich markup."""
+    return escape(str(value))
+
+
+def _bytes(count: int | None) -> str:
+    if count is None:
+        return "unknown"
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{count} B"
+        size /= 1024
+    return f"{count} B"
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--include-dir", "show_include_dir", is_flag=True,
+              help="Print the directory holding oar/device_api.h (for -I) and exit.")
+@click.version_option(package_name="oar", prog_name="oar")
+@click.pass_context
+def main(ctx: click.Context, show_include_dir: bool) -> None:
+    """Oar: a device plugin ABI and a framework runtime on top of it."""
+    if show_include_dir:
+        click.echo(str(include_dir()))
+        ctx.exit(0)
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the same data as JSON.")
+def info(as_json: bool) -> None:
+    """Show the plugins found and failed, their devices and entry points."""
+    import oar
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", oar.PluginWarning)  # failures are listed below instead
+        data = oar.plugins_info()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    console = Console(highlight=False)
+    console.print(f"[bold]Oar[/bold] {oar.__version__}, host ABI {data['host_abi_version']}")
+    plugins = data["plugins"]
+    if not plugins:
+        console.print("[yellow]no plugins found[/yellow] (set OAR_PLUGIN_PATH, or install a vendor's wheel)")
+    summary = Table(title="plugins", title_justify="left")
+    for column in ("device type", "status", "path", "origin"):
+        summary.add_column(column)
+    for plugin in plugins:
+        colour = {"loaded": "green", "failed": "red"}.get(plugin["status"], "yellow")
+        summary.add_row(_text(plugin["device_type"] or "-"), f"[{colour}]{plugin['status']}[/{colour}]",
+                        _text(plugin["path"]), _text(plugin["origin"]))
+    if plugins:
+        console.print(summary)
+    for plugin in plugins:
+        if plugin["status"] != "loaded":
+            console.print(f"[red]{plugin['status']}[/red] {_text(plugin['path'])}: {_text(plugin['error'])}")
+    for plugin in plugins:
+        if plugin["status"] == "loaded":
+            _print_plugin(console, plugin, data["host_abi_version"])
+
+
+def _print_plugin(console: Console, plugin: dict, host_abi: str) -> None:
+    console.rule(f"[bold]{_text(plugin['device_type'])}[/bold]  {_text(plugin['path'])}")
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    same_minor = plugin["abi_version"] == host_abi
+    abi_note = "" if same_minor else "  (same major: compatible)"
+    table.add_row("plugin version", _text(plugin["version"] or "-"))
+    table.add_row("plugin ABI", f"{_text(plugin['abi_version'])} (host {host_abi}){abi_note}")
+    table.add_row("capabilities", _text(", ".join(plugin["capabilities"]) or "none"))
+    table.add_row("devices", str(plugin["device_count"]))
+    table.add_row("optional entries", _text(", ".join(plugin["optional_provided"]) or "none"))
+    table.add_row("not provided", _text(", ".join(plugin["optional_missing"]) or "none"))
+    for warning in plugin["warnings"]:
+        table.add_row("[yellow]warning[/yellow]", _text(warning))
+    console.print(table)
+    for device in plugin["devices"]:
+        device_table = Table(title=f"{_text(plugin['device_type'])}:{device['index']}", title_justify="left",
+                             show_header=False, padding=(0, 2))
+        device_table.add_column(style="bold")
+        device_table.add_column()
+        if "properties_error" in device:
+            device_table.add_row("properties", f"[red]{_text(device['properties_error'])}[/red]")
+        for key, value in device.get("properties", {}).items():
+            shown = _bytes(value) if key == "total_memory" else value
+            device_table.add_row(key, _text(shown))
+        if "memory" in device:
+            device_table.add_row("memory free", _bytes(device["memory"]["free"]))
+        elif "memory_error" in device:
+            device_table.add_row("memory", f"[red]{_text(device['memory_error'])}[/red]")
+        else:
+            device_table.add_row("memory free", "unknown (no device_memory_info)")
+        console.print(device_table)
+
+
+if __name__ == "__main__":
+    main()

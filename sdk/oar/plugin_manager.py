@@ -1,0 +1,222 @@
+"""Finding and loading device plugins.
+
+Sources, in this order:
+
+1. ``OAR_PLUGIN_PATH``: os.pathsep-separated entries, each a plugin library or
+   a directory whose ``*.so`` files are plugins (sorted by name);
+2. the ``oar.plugins`` entry-point group of installed distributions, sorted by
+   name, oar's own (the bundled CPU reference plugin) last so it yields its
+   device type to any other plugin. An entry point resolves to a path, or to a
+   callable returning one.
+
+Discovery is lazy: ``import oar`` only imports; the first call that needs a
+device (or ``oar.plugins_info()``) discovers and initializes every plugin,
+once per process. A plugin that fails is recorded (``oar info`` shows it),
+announced with one :class:`oar.PluginWarning`, and skipped. When two plugins
+claim one device type the first keeps it and the second is recorded as a
+duplicate. The same file reached twice (by path and by entry point) loads once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from oar import _C
+from oar.errors import InvalidDeviceError, PluginLoadError, PluginWarning
+
+__all__ = ["PluginRecord", "load_plugin", "plugin_records", "plugin_for", "loaded_plugins", "discover"]
+
+ENV_PATH = "OAR_PLUGIN_PATH"
+ENTRY_POINT_GROUP = "oar.plugins"
+
+LOADED = "loaded"
+FAILED = "failed"
+DUPLICATE = "duplicate"
+
+
+@dataclass
+class PluginRecord:
+    """One plugin the runtime tried: where it came from and what happened."""
+
+    path: str
+    origin: str  # "OAR_PLUGIN_PATH", "entry point refcpu (oar 0.1.0)", "oar.load_plugin()"
+    status: str  # LOADED, FAILED or DUPLICATE
+    error: str | None = None
+    plugin: Any = None  # oar._C.Plugin when loaded
+    device_type: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+_lock = threading.RLock()
+_records: list[PluginRecord] = []
+_by_type: dict[str, Any] = {}
+_seen_files: set[str] = set()
+_discovered = False
+
+
+def _same_file_key(path: str) -> str:
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return path
+
+
+def _skip(record: PluginRecord) -> PluginRecord:
+    _records.append(record)
+    warnings.warn(f"oar: skipped plugin {record.path} ({record.origin}): {record.error}",
+                  PluginWarning, stacklevel=4)
+    return record
+
+
+def _load(path: str, origin: str, *, explicit: bool) -> PluginRecord | None:
+    key = _same_file_key(path)
+    if key in _seen_files:
+        if explicit:
+            for record in _records:
+                if _same_file_key(record.path) == key:
+                    if record.status == LOADED:
+                        return record
+                    raise PluginLoadError(path, record.error or record.status)
+        return None
+    _seen_files.add(key)
+    try:
+        plugin = _C.load_plugin(path, initialize=False)
+    except PluginLoadError as error:
+        if explicit:
+            raise
+        return _skip(PluginRecord(path, origin, FAILED, error=error.reason))
+    except Exception as error:  # noqa: BLE001 -- a plugin must never break import oar
+        if explicit:
+            raise
+        return _skip(PluginRecord(path, origin, FAILED, error=f"{type(error).__name__}: {error}"))
+    device_type = plugin.device_type
+    if device_type in _by_type:
+        first = _by_type[device_type]
+        reason = f"device type '{device_type}' is already provided by {first.path}"
+        if explicit:
+            raise PluginLoadError(path, reason)
+        return _skip(PluginRecord(path, origin, DUPLICATE, error=reason, device_type=device_type))
+    try:
+        plugin.initialize()
+    except PluginLoadError as error:
+        if explicit:
+            raise
+        return _skip(PluginRecord(path, origin, FAILED, error=error.reason, device_type=device_type))
+    _by_type[device_type] = plugin
+    record = PluginRecord(path, origin, LOADED, plugin=plugin, device_type=device_type,
+                          warnings=list(plugin.warnings))
+    _records.append(record)
+    return record
+
+
+def _env_paths() -> list[str]:
+    paths: list[str] = []
+    for entry in os.environ.get(ENV_PATH, "").split(os.pathsep):
+        if not entry:
+            continue
+        if os.path.isdir(entry):
+            paths.extend(str(p) for p in sorted(Path(entry).glob("*.so")))
+        else:
+            paths.append(entry)
+    return paths
+
+
+def _entry_point_paths() -> list[tuple[str | None, str, str | None]]:
+    """(path, origin, error) per entry point of the group."""
+    try:
+        entry_points = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
+    except Exception as error:  # noqa: BLE001 -- broken metadata must not break import oar
+        return [(None, f"entry points {ENTRY_POINT_GROUP}", f"cannot list entry points: {error}")]
+
+    def distribution_name(entry_point) -> str:
+        dist = getattr(entry_point, "dist", None)
+        return dist.name if dist is not None else "?"
+
+    def order(entry_point):
+        return (distribution_name(entry_point) == "oar", entry_point.name, distribution_name(entry_point))
+
+    found = []
+    for entry_point in sorted(entry_points, key=order):
+        dist = getattr(entry_point, "dist", None)
+        origin = f"entry point {entry_point.name}" + (f" ({dist.name} {dist.version})" if dist else "")
+        try:
+            value = entry_point.load()
+            if callable(value):
+                value = value()
+            if not isinstance(value, (str, os.PathLike)):
+                raise TypeError(f"resolved to {type(value).__name__}, expected a path")
+            found.append((os.fspath(value), origin, None))
+        except Exception as error:  # noqa: BLE001 -- vendor code: record, never raise
+            found.append((None, origin, f"entry point {entry_point.value!r}: {type(error).__name__}: {error}"))
+    return found
+
+
+def discover() -> None:
+    """Find and initialize every plugin once (later calls return at once)."""
+    global _discovered
+    if _discovered:
+        return
+    with _lock:
+        if _discovered:
+            return
+        _discovered = True
+        for path in _env_paths():
+            if not os.path.exists(path):
+                _seen_files.add(_same_file_key(path))
+                _skip(PluginRecord(path, ENV_PATH, FAILED, error="no such file"))
+                continue
+            _load(path, ENV_PATH, explicit=False)
+        for path, origin, error in _entry_point_paths():
+            if path is None or error is not None:
+                _skip(PluginRecord(path or "?", origin, FAILED, error=error))
+            elif not os.path.exists(path):
+                _skip(PluginRecord(path, origin, FAILED, error="no such file"))
+            else:
+                _load(path, origin, explicit=False)
+
+
+def load_plugin(path: str | os.PathLike) -> Any:
+    """Load and initialize the plugin library at ``path`` (after discovery).
+
+    Raises :class:`oar.PluginLoadError` if it cannot be loaded or its device
+    type is already taken. Loading a file already loaded returns its plugin.
+    """
+    discover()
+    with _lock:
+        record = _load(os.fspath(path), "oar.load_plugin()", explicit=True)
+        return record.plugin
+
+
+def plugin_records() -> list[PluginRecord]:
+    """Every plugin tried, in order, loaded or not."""
+    discover()
+    with _lock:
+        return list(_records)
+
+
+def loaded_plugins() -> dict[str, Any]:
+    """{device type: oar._C.Plugin} of the loaded plugins, in load order."""
+    discover()
+    with _lock:
+        return dict(_by_type)
+
+
+def plugin_for(device_type: str) -> Any:
+    """The plugin of a device type; InvalidDeviceError naming what is loaded if none."""
+    discover()
+    plugin = _by_type.get(device_type)
+    if plugin is not None:
+        return plugin
+    with _lock:
+        loaded = ", ".join(_by_type) or "none"
+        failed = [f"{r.path} ({r.error})" for r in _records if r.status != LOADED]
+    message = f"no plugin provides device type '{device_type}'; loaded: {loaded}"
+    if failed:
+        message += "; failed: " + "; ".join(failed)
+    raise InvalidDeviceError(message)
