@@ -367,6 +367,9 @@ void register_kernels(py::module_& module, PluginClass& plugin_class) {
         return names;
       })
       .def_property_readonly("handle", [](const Kernel& self) { return reinterpret_cast<uintptr_t>(self.handle); })
+      .def_property_readonly("device_name", [](const Kernel& self) {
+        return self.plugin->device_type() + ":" + std::to_string(self.device);
+      }, "'npu:0': the device the kernel runs on.")
       .def("__repr__", [](const Kernel& self) {
         return "<oar._C.Kernel " + signature(self) + " on " + self.plugin->device_type() + ":" +
                std::to_string(self.device) + ">";

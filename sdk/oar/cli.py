@@ -75,7 +75,7 @@ def info(as_json: bool) -> None:
         console.print("[yellow]no plugins found[/yellow] (set OAR_PLUGIN_PATH, or install a vendor's wheel)")
     summary = Table(title="plugins", title_justify="left")
     for column in ("device type", "status", "path", "origin"):
-        summary.add_column(column)
+        summary.add_column(column, overflow="fold")
     for plugin in plugins:
         colour = {"loaded": "green", "failed": "red"}.get(plugin["status"], "yellow")
         summary.add_row(_text(plugin["device_type"] or "-"), f"[{colour}]{plugin['status']}[/{colour}]",
@@ -83,7 +83,7 @@ def info(as_json: bool) -> None:
     if plugins:
         console.print(summary)
     for plugin in plugins:
-        if plugin["status"] != "loaded":
+        if plugin["status"] in ("failed", "duplicate"):
             console.print(f"[red]{plugin['status']}[/red] {_text(plugin['path'])}: {_text(plugin['error'])}")
     for plugin in plugins:
         if plugin["status"] == "loaded":

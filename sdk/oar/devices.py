@@ -88,7 +88,8 @@ def _default_device() -> device:
     for device_type, plugin in plugin_manager.loaded_plugins().items():
         if plugin.device_count() > 0:
             return device(device_type, 0)
-    failed = [f"{r.path} ({r.error})" for r in plugin_manager.plugin_records() if r.status != "loaded"]
+    failed = [f"{r.path} ({r.error})" for r in plugin_manager.plugin_records()
+              if r.status in (plugin_manager.FAILED, plugin_manager.DUPLICATE)]
     raise InvalidDeviceError("no device available: no loaded plugin reports a device"
                              + ("; failed plugins: " + "; ".join(failed) if failed else ""))
 

@@ -23,14 +23,14 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from oar import _C
 from oar.errors import InvalidDeviceError, PluginLoadError, PluginWarning
 
-__all__ = ["PluginRecord", "load_plugin", "plugin_records", "plugin_for", "loaded_plugins", "discover"]
+__all__ = ["PluginRecord", "load_plugin", "adopt", "unload", "plugin_records", "plugin_for", "loaded_plugins",
+           "discover"]
 
 ENV_PATH = "OAR_PLUGIN_PATH"
 ENTRY_POINT_GROUP = "oar.plugins"
@@ -38,6 +38,7 @@ ENTRY_POINT_GROUP = "oar.plugins"
 LOADED = "loaded"
 FAILED = "failed"
 DUPLICATE = "duplicate"
+UNLOADED = "unloaded"
 
 
 @dataclass
@@ -46,7 +47,7 @@ class PluginRecord:
 
     path: str
     origin: str  # "OAR_PLUGIN_PATH", "entry point refcpu (oar 0.1.0)", "oar.load_plugin()"
-    status: str  # LOADED, FAILED or DUPLICATE
+    status: str  # LOADED, FAILED, DUPLICATE or UNLOADED
     error: str | None = None
     plugin: Any = None  # oar._C.Plugin when loaded
     device_type: str | None = None
@@ -127,12 +128,9 @@ def _env_paths() -> list[str]:
     return paths
 
 
-def _entry_point_paths() -> list[tuple[str | None, str, str | None]]:
-    """(path, origin, error) per entry point of the group."""
-    try:
-        entry_points = list(metadata.entry_points(group=ENTRY_POINT_GROUP))
-    except Exception as error:  # noqa: BLE001 -- broken metadata must not break import oar
-        return [(None, f"entry points {ENTRY_POINT_GROUP}", f"cannot list entry points: {error}")]
+def _entry_points() -> list:
+    """The group's entry points: other distributions' by name, then oar's own."""
+    from importlib import metadata  # here, not at import: it costs more than all of oar
 
     def distribution_name(entry_point) -> str:
         dist = getattr(entry_point, "dist", None)
@@ -141,20 +139,17 @@ def _entry_point_paths() -> list[tuple[str | None, str, str | None]]:
     def order(entry_point):
         return (distribution_name(entry_point) == "oar", entry_point.name, distribution_name(entry_point))
 
-    found = []
-    for entry_point in sorted(entry_points, key=order):
-        dist = getattr(entry_point, "dist", None)
-        origin = f"entry point {entry_point.name}" + (f" ({dist.name} {dist.version})" if dist else "")
-        try:
-            value = entry_point.load()
-            if callable(value):
-                value = value()
-            if not isinstance(value, (str, os.PathLike)):
-                raise TypeError(f"resolved to {type(value).__name__}, expected a path")
-            found.append((os.fspath(value), origin, None))
-        except Exception as error:  # noqa: BLE001 -- vendor code: record, never raise
-            found.append((None, origin, f"entry point {entry_point.value!r}: {type(error).__name__}: {error}"))
-    return found
+    return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=order)
+
+
+def _entry_point_path(entry_point) -> str:
+    """The plugin path an entry point names (its value, or what calling it returns)."""
+    value = entry_point.load()
+    if callable(value):
+        value = value()
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"resolved to {type(value).__name__}, expected a path")
+    return os.fspath(value)
 
 
 def discover() -> None:
@@ -172,13 +167,25 @@ def discover() -> None:
                 _skip(PluginRecord(path, ENV_PATH, FAILED, error="no such file"))
                 continue
             _load(path, ENV_PATH, explicit=False)
-        for path, origin, error in _entry_point_paths():
-            if path is None or error is not None:
-                _skip(PluginRecord(path or "?", origin, FAILED, error=error))
-            elif not os.path.exists(path):
+        try:
+            entry_points = _entry_points()
+        except Exception as error:  # noqa: BLE001 -- broken metadata must not break oar
+            _skip(PluginRecord("?", f"entry points {ENTRY_POINT_GROUP}", FAILED,
+                               error=f"cannot list entry points: {error}"))
+            entry_points = []
+        for entry_point in entry_points:
+            dist = getattr(entry_point, "dist", None)
+            origin = f"entry point {entry_point.name}" + (f" ({dist.name} {dist.version})" if dist else "")
+            try:
+                path = _entry_point_path(entry_point)  # resolved right before loading: vendor code may set up
+            except Exception as error:  # noqa: BLE001 -- vendor code: record, never raise
+                _skip(PluginRecord(entry_point.value, origin, FAILED,
+                                   error=f"cannot resolve the entry point: {type(error).__name__}: {error}"))
+                continue
+            if not os.path.exists(path):
                 _skip(PluginRecord(path, origin, FAILED, error="no such file"))
-            else:
-                _load(path, origin, explicit=False)
+                continue
+            _load(path, origin, explicit=False)
 
 
 def load_plugin(path: str | os.PathLike) -> Any:
@@ -191,6 +198,37 @@ def load_plugin(path: str | os.PathLike) -> Any:
     with _lock:
         record = _load(os.fspath(path), "oar.load_plugin()", explicit=True)
         return record.plugin
+
+
+def adopt(plugin: Any, origin: str = "oar.plugin_manager.adopt()") -> PluginRecord:
+    """Serve a plugin loaded by other means (``oar._C.load_from_init``, e.g. one
+    assembled from Python callables) as its device type; initializes it if needed.
+    Raises PluginLoadError if the device type is taken."""
+    discover()
+    with _lock:
+        if plugin.device_type in _by_type:
+            raise PluginLoadError(plugin.path, f"device type '{plugin.device_type}' is already provided by "
+                                               f"{_by_type[plugin.device_type].path}")
+        plugin.initialize()
+        _by_type[plugin.device_type] = plugin
+        record = PluginRecord(plugin.path, origin, LOADED, plugin=plugin, device_type=plugin.device_type,
+                              warnings=list(plugin.warnings))
+        _records.append(record)
+        return record
+
+
+def unload(device_type: str) -> None:
+    """Finalize a device type's plugin and stop serving it (its streams, events and
+    memory are released first; the library itself stays mapped)."""
+    with _lock:
+        plugin = _by_type.pop(device_type, None)
+        if plugin is None:
+            raise InvalidDeviceError(f"no plugin provides device type '{device_type}'")
+        for record in _records:
+            if record.plugin is plugin:
+                record.status = UNLOADED
+                record.plugin = None
+    plugin.finalize()
 
 
 def plugin_records() -> list[PluginRecord]:
@@ -215,7 +253,7 @@ def plugin_for(device_type: str) -> Any:
         return plugin
     with _lock:
         loaded = ", ".join(_by_type) or "none"
-        failed = [f"{r.path} ({r.error})" for r in _records if r.status != LOADED]
+        failed = [f"{r.path} ({r.error})" for r in _records if r.status in (FAILED, DUPLICATE)]
     message = f"no plugin provides device type '{device_type}'; loaded: {loaded}"
     if failed:
         message += "; failed: " + "; ".join(failed)

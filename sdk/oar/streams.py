@@ -15,10 +15,11 @@ EVENT_BLOCKING_SYNC = 2  # OAR_EVENT_BLOCKING_SYNC
 
 
 class _ThreadStreams(threading.local):
+    # Keyed by the device's name, "npu:0": str hashing is cached, which keeps launches cheap.
     def __init__(self) -> None:
-        self.default: dict[device, Stream] = {}  # created lazily, one per device
-        self.current: dict[device, Stream] = {}  # set by `with stream:`
-        self.entered: list[tuple[device, Stream | None, device | None]] = []
+        self.default: dict[str, Stream] = {}  # created lazily, one per device
+        self.current: dict[str, Stream] = {}  # set by `with stream:`
+        self.entered: list[tuple[str, Stream | None, device | None]] = []
 
 
 _streams = _ThreadStreams()
@@ -31,12 +32,13 @@ class Stream:
     the current device, for the calling thread until the block ends.
     """
 
-    __slots__ = ("_c", "device", "plugin", "__weakref__")
+    __slots__ = ("_c", "device", "plugin", "_name", "__weakref__")
 
     def __init__(self, device: DeviceLike = None, priority: int = 0):
         plugin, dev = resolve(device)
         self.plugin = plugin
         self.device = dev
+        self._name = str(dev)
         self._c = _C.Stream(plugin, dev.index, priority)
 
     @property
@@ -82,8 +84,8 @@ class Stream:
 
     def __enter__(self) -> "Stream":
         previous_device = getattr(devices._thread_state, "device", None)
-        _streams.entered.append((self.device, _streams.current.get(self.device), previous_device))
-        _streams.current[self.device] = self
+        _streams.entered.append((self._name, _streams.current.get(self._name), previous_device))
+        _streams.current[self._name] = self
         devices._thread_state.device = self.device
         return self
 
@@ -109,24 +111,38 @@ class Stream:
 def default_stream(device: DeviceLike = None) -> Stream:
     """The calling thread's own stream of the device, created on first use."""
     _, dev = resolve(device)
-    stream = _streams.default.get(dev)
+    return _default_stream_of(str(dev))
+
+
+def _default_stream_of(name: str) -> Stream:
+    stream = _streams.default.get(name)
     if stream is None or not stream._c.alive:
-        stream = Stream(dev)
-        _streams.default[dev] = stream
+        stream = Stream(name)
+        _streams.default[name] = stream
+    return stream
+
+
+def stream_of_device_name(name: str) -> Stream:
+    """current_stream for a resolved device name ("npu:0"): the launch fast path."""
+    stream = _streams.current.get(name)
+    if stream is None:
+        stream = _streams.default.get(name)
+        if stream is None or not stream._c.alive:
+            stream = _default_stream_of(name)
     return stream
 
 
 def existing_current_stream(dev: device) -> Stream | None:
     """The calling thread's current stream of dev if one exists; never creates one."""
-    return _streams.current.get(dev) or _streams.default.get(dev)
+    name = str(dev)
+    return _streams.current.get(name) or _streams.default.get(name)
 
 
 def current_stream(device: DeviceLike = None) -> Stream:
     """The calling thread's current stream of the device (default: the current device):
     the innermost ``with stream:`` block's, else the thread's default stream."""
     _, dev = resolve(device)
-    stream = _streams.current.get(dev)
-    return stream if stream is not None else default_stream(dev)
+    return stream_of_device_name(str(dev))
 
 
 class Event:
