@@ -364,6 +364,7 @@ typedef struct refcpu_config {
   uint64_t arena_bytes;
   bool strict;
   int32_t threads;
+  bool fault_injection; /* OAR_REFCPU_FAULT_INJECTION=1: the _refcpu_fault kernel exists */
 } refcpu_config;
 
 typedef struct refcpu_device {

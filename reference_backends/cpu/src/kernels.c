@@ -26,6 +26,7 @@ static const op_def ops[] = {
     {"fill", OP_KIND_FILL, OP_FILL, 0, {NULL}},
     {"copy", OP_KIND_COPY, OP_COPY, 1, {"x"}},
     {"cast", OP_KIND_CAST, OP_CAST, 1, {"x"}},
+    {"_refcpu_fault", OP_KIND_FAULT, OP_FAULT, 0, {NULL}},
 };
 
 /* One (device, op, dtypes) combination; lives until finalize. */
@@ -42,8 +43,10 @@ static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 static refcpu_kernel* kernels; /* every kernel handed out, for reuse and finalize */
 
 static const op_def* find_op(const char* name) {
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    if (ops[i].kind == OP_KIND_FAULT && !g_refcpu.config.fault_injection) continue;
     if (strcmp(ops[i].name, name) == 0) return &ops[i];
+  }
   return NULL;
 }
 
@@ -57,6 +60,7 @@ static bool supports(const op_def* op, const uint8_t* dtypes) {
     case OP_KIND_REDUCE:
       return dtypes[0] == DTYPE_F32 && dtypes[1] == DTYPE_F32;
     case OP_KIND_FILL:
+    case OP_KIND_FAULT:
       return dtype_is_castable(dtypes[0]);
     case OP_KIND_COPY:
       return dtypes[0] == dtypes[1];
@@ -398,6 +402,8 @@ oar_status refcpu_kernel_launch(oar_stream stream_handle, oar_kernel kernel_hand
       if (!has_value)
         return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: fill: attribute 'value' is missing");
       break;
+    case OP_KIND_FAULT:
+      break;
   }
   return stream_submit(stream, &launch, "kernel_launch");
 }
@@ -413,6 +419,8 @@ oar_status kernel_execute(const kernel_command* kernel) {
     case OP_KIND_FILL: return run_fill(kernel);
     case OP_KIND_COPY: return run_copy(kernel);
     case OP_KIND_CAST: return run_cast(kernel);
+    case OP_KIND_FAULT:
+      return refcpu_fail(OAR_ERROR_INTERNAL, "kernel _refcpu_fault: injected failure (OAR_REFCPU_FAULT_INJECTION)");
   }
   return refcpu_fail(OAR_ERROR_INTERNAL, "kernel: unknown op kind");
 }

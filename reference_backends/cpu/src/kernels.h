@@ -13,14 +13,15 @@ typedef enum op_kind {
   OP_KIND_MATMUL,
   OP_KIND_FILL,
   OP_KIND_COPY,
-  OP_KIND_CAST
+  OP_KIND_CAST,
+  OP_KIND_FAULT /* test hook: fails on the worker; only with OAR_REFCPU_FAULT_INJECTION=1 */
 } op_kind;
 
 typedef enum op_code {
   OP_ADD, OP_SUB, OP_MUL, OP_DIV,
   OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, OP_TANH, OP_RELU,
   OP_SUM, OP_MEAN, OP_MAX,
-  OP_MATMUL, OP_FILL, OP_COPY, OP_CAST
+  OP_MATMUL, OP_FILL, OP_COPY, OP_CAST, OP_FAULT
 } op_code;
 
 typedef struct op_def {

@@ -106,16 +106,18 @@ static oar_status read_env_int(const char* name, int64_t lowest, int64_t highest
 }
 
 static oar_status read_config(refcpu_config* config) {
-  int64_t count, megabytes, strict, threads;
+  int64_t count, megabytes, strict, threads, fault_injection;
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   REFCPU_TRY(read_env_int("OAR_REFCPU_DEVICE_COUNT", 1, 64, 2, &count));
   REFCPU_TRY(read_env_int("OAR_REFCPU_MEMORY_MB", 1, (int64_t)1 << 24, 4096, &megabytes));
   REFCPU_TRY(read_env_int("OAR_REFCPU_STRICT", 0, 1, 0, &strict));
   REFCPU_TRY(read_env_int("OAR_REFCPU_THREADS", 1, 1024, online > 0 ? online : 1, &threads));
+  REFCPU_TRY(read_env_int("OAR_REFCPU_FAULT_INJECTION", 0, 1, 0, &fault_injection));
   config->device_count = (int32_t)count;
   config->arena_bytes = (uint64_t)megabytes << 20;
   config->strict = strict != 0;
   config->threads = (int32_t)threads;
+  config->fault_injection = fault_injection != 0;
   snprintf(config->device_type, sizeof config->device_type, "%s", device_type);
   return OAR_SUCCESS;
 }
@@ -217,7 +219,8 @@ OAR_PLUGIN_EXPORT oar_status oar_plugin_init(oar_plugin_params* params) {
                        params->host_abi_major, OAR_ABI_VERSION_MAJOR);
   }
   const char* wanted = getenv("OAR_REFCPU_DEVICE_TYPE");
-  if (wanted && *wanted) {
+  if (!wanted || !*wanted) wanted = "refcpu";
+  {
     if (!valid_device_type(wanted)) {
       refcpu_log(OAR_LOG_ERROR,
                  "refcpu: OAR_REFCPU_DEVICE_TYPE='%s' is not a device-type name ([a-z][a-z0-9_]{0,31})",

@@ -51,6 +51,10 @@
  *                            so a host dereference faults
  *   OAR_REFCPU_THREADS       grid thread pool size, default: online CPUs
  *   OAR_REFCPU_CC            C compiler for module_compile, default "cc"
+ *   OAR_REFCPU_FAULT_INJECTION  1: kernel_query knows op "_refcpu_fault" (no
+ *                            inputs, one output of a cast dtype) whose launch
+ *                            fails on the worker with OAR_ERROR_INTERNAL, to
+ *                            test how sticky stream errors propagate
  *   TMPDIR                   where the private 0700 work directory is made
  */
 #ifndef OAR_REFCPU_H_
