@@ -1075,6 +1075,38 @@ static void test_binary_ops(void) {
   for (int i = 0; i < N; i++) doubled &= big[i] == 2.0f * (float)i;
   CHECK(doubled);
   free(big);
+
+  /* Large enough to be split over the thread pool: broadcast b, transposed out. */
+  enum { BR = 600, BC = 1000 };
+  float* big_a = malloc(BR * BC * sizeof(float));
+  float* big_b = malloc(BC * sizeof(float));
+  float* big_out = malloc(BR * BC * sizeof(float));
+  for (int i = 0; i < BR * BC; i++) big_a[i] = (float)(i % 1009);
+  for (int j = 0; j < BC; j++) big_b[j] = (float)j * 0.5f;
+  char* da = device_alloc(0, BR * BC * sizeof(float));
+  char* db = device_alloc(0, BC * sizeof(float));
+  char* dout = device_alloc(0, BR * BC * sizeof(float));
+  upload(da, big_a, BR * BC * sizeof(float));
+  upload(db, big_b, BC * sizeof(float));
+  int64_t big_shape[2] = {BR, BC}, big_transposed[2] = {1, BR};
+  tensor_arg ba, bb, bout;
+  make_tensor(&ba, da, F32, 2, big_shape, NULL);
+  make_tensor(&bb, db, F32, 2, big_shape, broadcast);
+  make_tensor(&bout, dout, F32, 2, big_shape, big_transposed);
+  oar_kernel add = query_kernel("add", 3, (oar_dl_data_type[]){F32, F32, F32});
+  EXPECT_OK(launch2(stream, add, &ba, &bb, &bout));
+  EXPECT_OK(api->stream_synchronize(stream));
+  download(big_out, dout, BR * BC * sizeof(float));
+  bool big_ok = true;
+  for (int i = 0; i < BR; i++)
+    for (int j = 0; j < BC; j++) big_ok &= big_out[j * BR + i] == big_a[i * BC + j] + big_b[j];
+  CHECK(big_ok);
+  free(big_a);
+  free(big_b);
+  free(big_out);
+  EXPECT_OK(api->mem_free(0, da));
+  EXPECT_OK(api->mem_free(0, db));
+  EXPECT_OK(api->mem_free(0, dout));
   EXPECT_OK(api->stream_destroy(stream));
   EXPECT_OK(api->mem_free(0, a));
   EXPECT_OK(api->mem_free(0, b));
@@ -1203,6 +1235,66 @@ static void test_reductions(void) {
   CHECK(isnan(result[0]));
   free(long_host);
   EXPECT_OK(api->mem_free(0, long_x));
+
+  /* Over leading dims (x contiguous along a kept dim): sum, mean, max with a NaN. */
+  {
+    enum { P = 5, Q = 7, M = 33 };
+    float* lead_host = malloc(P * Q * M * sizeof(float));
+    for (int i = 0; i < P * Q * M; i++) lead_host[i] = (float)((i * 29) % 17) - 8.0f;
+    lead_host[2 * Q * M + 4 * M + 3] = NAN;
+    char* lead = device_alloc(0, P * Q * M * sizeof(float));
+    char* lead_out = device_alloc(0, 2 * Q * M * sizeof(float));
+    upload(lead, lead_host, P * Q * M * sizeof(float));
+    int64_t lead_shape[3] = {P, Q, M};
+    make_tensor(&tx, lead, F32, 3, lead_shape, NULL);
+    float* got = malloc(2 * Q * M * sizeof(float));
+
+    int64_t dims01[2] = {0, 1}, m_shape[1] = {M}, stride2[1] = {2};
+    oar_attr over01 = {.name = "dim", .type = OAR_ATTR_INTS, .count = 2, .value.ints = dims01};
+    make_tensor(&tout, lead_out, F32, 1, m_shape, stride2);
+    EXPECT_OK(launch1(stream, sum, &tx, &tout, &over01, 1));
+    EXPECT_OK(api->stream_synchronize(stream));
+    download(got, lead_out, 2 * M * sizeof(float));
+    ok = true;
+    for (int m = 0; m < M; m++) {
+      double want = 0;
+      for (int i = 0; i < P * Q; i++) want += lead_host[i * M + m];
+      ok &= near(got[2 * m], want, 1e-6);
+    }
+    check(ok, __FILE__, __LINE__, "sum over leading dims into a strided output");
+
+    int64_t qm_shape[2] = {Q, M};
+    make_tensor(&tout, lead_out, F32, 2, qm_shape, NULL);
+    EXPECT_OK(launch1(stream, mean, &tx, &tout, &max_attr, 1));
+    EXPECT_OK(api->stream_synchronize(stream));
+    download(got, lead_out, Q * M * sizeof(float));
+    ok = true;
+    for (int j = 0; j < Q * M; j++) {
+      double want = 0;
+      for (int p = 0; p < P; p++) want += lead_host[p * Q * M + j];
+      ok &= near(got[j], want / P, 1e-6);
+    }
+    check(ok, __FILE__, __LINE__, "mean over dim 0");
+
+    oar_attr max_keep[2] = {over01, {.name = "keepdim", .type = OAR_ATTR_BOOL, .value.i = 1}};
+    int64_t keep_m[3] = {1, 1, M};
+    make_tensor(&tout, lead_out, F32, 3, keep_m, NULL);
+    EXPECT_OK(launch1(stream, max, &tx, &tout, max_keep, 2));
+    EXPECT_OK(api->stream_synchronize(stream));
+    download(got, lead_out, M * sizeof(float));
+    ok = true;
+    for (int m = 0; m < M; m++) {
+      float want = -INFINITY;
+      for (int i = 0; i < P * Q; i++)
+        if (lead_host[i * M + m] > want) want = lead_host[i * M + m];
+      ok &= m == 3 ? isnan(got[m]) : got[m] == want;
+    }
+    check(ok, __FILE__, __LINE__, "max over leading dims, NaN propagates");
+    free(lead_host);
+    free(got);
+    EXPECT_OK(api->mem_free(0, lead));
+    EXPECT_OK(api->mem_free(0, lead_out));
+  }
 
   /* Empty reductions: sum 0, mean NaN, max refused. */
   int64_t empty_shape[2] = {0, 3}, three[1] = {3};

@@ -49,7 +49,7 @@ oar_status run_binary(const kernel_command* kernel) {
   strided_plan plan;
   strided_plan_views(&plan, 3, views);
   char* bases[3] = {kernel->inputs[0].data, kernel->inputs[1].data, kernel->output.data};
-  strided_for_each_row(&plan, bases, rows[kernel->op->code], NULL);
+  strided_for_each_row_parallel(&plan, bases, rows[kernel->op->code], NULL);
   return OAR_SUCCESS;
 }
 
@@ -89,7 +89,7 @@ oar_status run_unary(const kernel_command* kernel) {
   strided_plan plan;
   strided_plan_views(&plan, 2, views);
   char* bases[2] = {kernel->inputs[0].data, kernel->output.data};
-  strided_for_each_row(&plan, bases, rows[kernel->op->code], NULL);
+  strided_for_each_row_parallel(&plan, bases, rows[kernel->op->code], NULL);
   return OAR_SUCCESS;
 }
 
@@ -186,7 +186,7 @@ oar_status run_fill(const kernel_command* kernel) {
   strided_plan plan;
   strided_plan_views(&plan, 1, views);
   char* bases[1] = {out->data};
-  strided_for_each_row(&plan, bases, fill_row, &fill);
+  strided_for_each_row_parallel(&plan, bases, fill_row, &fill);
   return OAR_SUCCESS;
 }
 
@@ -216,7 +216,7 @@ void copy_strided(const tensor_view* dst, const tensor_view* src) {
   strided_plan_views(&plan, 2, views);
   char* bases[2] = {dst->data, src->data};
   int size = dst->elem_size;
-  strided_for_each_row(&plan, bases, copy_row, &size);
+  strided_for_each_row_parallel(&plan, bases, copy_row, &size);
 }
 
 oar_status run_copy(const kernel_command* kernel) {
@@ -247,6 +247,6 @@ oar_status run_cast(const kernel_command* kernel) {
   strided_plan plan;
   strided_plan_views(&plan, 2, views);
   char* bases[2] = {kernel->inputs[0].data, kernel->output.data};
-  strided_for_each_row(&plan, bases, cast_row, &cast);
+  strided_for_each_row_parallel(&plan, bases, cast_row, &cast);
   return OAR_SUCCESS;
 }

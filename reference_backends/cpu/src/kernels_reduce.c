@@ -3,6 +3,10 @@
 #include "kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
+
+/* The accumulate path keeps one double per output; cap its buffer. */
+#define ACCUMULATE_MAX_OUTPUTS ((int64_t)1 << 22)
 
 typedef struct reduce_context {
   op_code code;
@@ -59,6 +63,87 @@ static void output_row(char* const* p, const int64_t* s, int64_t n, void* opaque
   }
 }
 
+/* ---- reductions over outer dims: walk x in memory order ------------------- */
+
+typedef struct accumulate_context {
+  double* totals; /* one per output, in row-major order of the kept dims */
+  int64_t cursor;
+  bool is_max;
+  int64_t count;
+  op_code code;
+} accumulate_context;
+
+static void accumulate_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  accumulate_context* accumulate = opaque;
+  double* totals = accumulate->totals + accumulate->cursor;
+  accumulate->cursor += n;
+  if (accumulate->is_max) {
+    for (int64_t i = 0; i < n; i++) {
+      double x = *(const float*)(p[0] + i * s[0]);
+      if (x > totals[i] || isnan(x)) totals[i] = x;
+    }
+  } else if (s[0] == (int64_t)sizeof(float)) {
+    const float* x = (const float*)p[0];
+    for (int64_t i = 0; i < n; i++) totals[i] += x[i];
+  } else {
+    for (int64_t i = 0; i < n; i++) totals[i] += *(const float*)(p[0] + i * s[0]);
+  }
+}
+
+typedef struct slice_walk {
+  const strided_plan* kept; /* the kept dims of x alone */
+  accumulate_context* accumulate;
+} slice_walk;
+
+/* For each reduced index: add the whole kept slice of x into the totals. */
+static void reduced_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  const slice_walk* walk = opaque;
+  for (int64_t i = 0; i < n; i++) {
+    char* slice[1] = {p[0] + i * s[0]};
+    walk->accumulate->cursor = 0;
+    strided_for_each_row(walk->kept, slice, accumulate_row, walk->accumulate);
+  }
+}
+
+static void store_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  accumulate_context* accumulate = opaque;
+  const double* totals = accumulate->totals + accumulate->cursor;
+  accumulate->cursor += n;
+  for (int64_t i = 0; i < n; i++) {
+    double value = totals[i];
+    if (accumulate->code == OP_MEAN) value /= (double)accumulate->count;
+    *(float*)(p[0] + i * s[0]) = (float)value;
+  }
+}
+
+/* Returns false (nothing done) when the buffer cannot be had. */
+static bool reduce_by_accumulating(const tensor_view* out, const strided_plan* reduced,
+                                   int64_t count, op_code code, int kept, const int64_t* kept_shape,
+                                   const int64_t* kept_x, const int64_t* kept_out, char* x_data) {
+  int64_t outputs = shape_numel(kept, kept_shape);
+  double* totals = malloc((size_t)outputs * sizeof *totals);
+  if (!totals) return false;
+  bool is_max = code == OP_MAX;
+  for (int64_t i = 0; i < outputs; i++) totals[i] = is_max ? -INFINITY : 0.0;
+  accumulate_context accumulate = {.totals = totals, .is_max = is_max, .count = count, .code = code};
+  int float_size[1] = {sizeof(float)};
+  strided_plan kept_plan;
+  const int64_t* x_strides[1] = {kept_x};
+  strided_plan_make(&kept_plan, kept, kept_shape, 1, x_strides, float_size);
+  slice_walk walk = {.kept = &kept_plan, .accumulate = &accumulate};
+  char* x_base[1] = {x_data};
+  strided_for_each_row(reduced, x_base, reduced_row, &walk);
+
+  strided_plan out_plan;
+  const int64_t* out_strides[1] = {kept_out};
+  strided_plan_make(&out_plan, kept, kept_shape, 1, out_strides, float_size);
+  accumulate.cursor = 0;
+  char* out_base[1] = {out->data};
+  strided_for_each_row(&out_plan, out_base, store_row, &accumulate);
+  free(totals);
+  return true;
+}
+
 static void constant_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
   float value = *(const float*)opaque;
   for (int64_t i = 0; i < n; i++) *(float*)(p[0] + i * s[0]) = value;
@@ -83,6 +168,7 @@ oar_status run_reduce(const kernel_command* kernel) {
     }
   }
   reduce_context reduce = {.code = kernel->op->code, .count = shape_numel(reduced, reduced_shape)};
+  int64_t outputs = shape_numel(kept, kept_shape);
   if (reduce.count == 0) {
     /* An empty reduction reads nothing (x may have no data): sum 0, mean NaN. */
     float value = reduce.code == OP_MEAN ? NAN : 0.0f;
@@ -96,11 +182,17 @@ oar_status run_reduce(const kernel_command* kernel) {
   const int64_t* reduced_strides[1] = {reduced_x};
   int float_size[2] = {sizeof(float), sizeof(float)};
   strided_plan_make(&reduce.reduced, reduced, reduced_shape, 1, reduced_strides, float_size);
+  /* x contiguous along a kept dim: reducing per output would stride across rows. */
+  if (kept > 0 && kept_x[kept - 1] == 1 && kept_shape[kept - 1] > 1 && reduce.count > 1 &&
+      outputs <= ACCUMULATE_MAX_OUTPUTS &&
+      reduce_by_accumulating(out, &reduce.reduced, reduce.count, reduce.code, kept, kept_shape,
+                             kept_x, kept_out, x->data))
+    return OAR_SUCCESS;
 
-  strided_plan outputs;
+  strided_plan per_output;
   const int64_t* kept_strides[2] = {kept_x, kept_out};
-  strided_plan_make(&outputs, kept, kept_shape, 2, kept_strides, float_size);
+  strided_plan_make(&per_output, kept, kept_shape, 2, kept_strides, float_size);
   char* bases[2] = {x->data, out->data};
-  strided_for_each_row(&outputs, bases, output_row, &reduce);
+  strided_for_each_row_parallel(&per_output, bases, output_row, &reduce);
   return OAR_SUCCESS;
 }

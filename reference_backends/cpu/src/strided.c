@@ -86,3 +86,43 @@ void strided_for_each_row(const strided_plan* plan, char* const* bases,
     if (d < 0) return;
   }
 }
+
+/* Below this many elements a split costs more than it saves. */
+#define PARALLEL_MIN_ELEMENTS ((int64_t)1 << 18)
+
+typedef struct split_job {
+  const strided_plan* plan;
+  char* const* bases;
+  strided_row_fn row;
+  void* context;
+  int64_t per_chunk; /* outer indices per chunk */
+} split_job;
+
+static void run_chunk(const oar_refcpu_work_item* item, void* const* args) {
+  const split_job* job = args[0];
+  int64_t first = (int64_t)item->block_idx[0] * job->per_chunk;
+  int64_t count = job->plan->shape[0] - first;
+  if (count > job->per_chunk) count = job->per_chunk;
+  strided_plan part = *job->plan;
+  part.shape[0] = count;
+  char* bases[STRIDED_MAX_TENSORS];
+  for (int t = 0; t < part.num_tensors; t++) bases[t] = job->bases[t] + first * part.strides[t][0];
+  strided_for_each_row(&part, bases, job->row, job->context);
+}
+
+void strided_for_each_row_parallel(const strided_plan* plan, char* const* bases,
+                                   strided_row_fn row, void* context) {
+  int64_t total = strided_plan_numel(plan);
+  int64_t chunks = (int64_t)g_refcpu.config.threads * 4;
+  if (total < PARALLEL_MIN_ELEMENTS || g_refcpu.config.threads < 2 || plan->shape[0] < 2) {
+    strided_for_each_row(plan, bases, row, context);
+    return;
+  }
+  if (chunks > plan->shape[0]) chunks = plan->shape[0];
+  split_job job = {.plan = plan, .bases = bases, .row = row, .context = context,
+                   .per_chunk = (plan->shape[0] + chunks - 1) / chunks};
+  uint32_t grid[3] = {(uint32_t)((plan->shape[0] + job.per_chunk - 1) / job.per_chunk), 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  void* args[1] = {&job};
+  thread_pool_run_grid(run_chunk, grid, block, args);
+}

@@ -29,6 +29,10 @@ void strided_plan_views(strided_plan* plan, int num_tensors, const tensor_view* 
 int64_t strided_plan_numel(const strided_plan* plan);
 void strided_for_each_row(const strided_plan* plan, char* const* bases,
                           strided_row_fn row, void* context);
+/* Same, but a large plan is split along its outermost dim over the thread
+   pool; row must only write what its own pointers reach. */
+void strided_for_each_row_parallel(const strided_plan* plan, char* const* bases,
+                                   strided_row_fn row, void* context);
 
 int64_t shape_numel(int ndim, const int64_t* shape);
 
