@@ -33,6 +33,12 @@ const char* attr_type_name(int32_t type) {
   return "?";
 }
 
+int64_t to_int64(py::handle value) {
+  PyObject* index = PyNumber_Index(value.ptr());
+  if (index == nullptr) throw py::error_already_set();
+  return py::cast<int64_t>(py::reinterpret_steal<py::object>(index));
+}
+
 bool is_integer(py::handle value) {
   return !PyFloat_Check(value.ptr()) && PyIndex_Check(value.ptr());
 }
@@ -41,7 +47,7 @@ std::vector<int64_t> int_list(const py::handle value, const std::string& name) {
   std::vector<int64_t> out;
   for (py::handle item : py::iter(value)) {
     if (!is_integer(item)) throw py::type_error("attribute '" + name + "': expected integers");
-    out.push_back(py::cast<int64_t>(py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()))));
+    out.push_back(to_int64(item));
   }
   return out;
 }
@@ -231,24 +237,24 @@ void Attrs::convert(Entry& entry, py::handle value, int32_t forced_type) {
   const std::string& name = entry.name;
   int32_t type = forced_type;
   if (type < 0) {
+    bool is_array = py::hasattr(value, "ndim") && py::hasattr(value, "tolist") && value.attr("ndim").cast<int>() > 0;
     if (PyBool_Check(value.ptr())) {
       type = OAR_ATTR_BOOL;
     } else if (py::isinstance<DataType>(value)) {
       type = OAR_ATTR_DTYPE;
+    } else if (PyList_Check(value.ptr()) || PyTuple_Check(value.ptr()) || is_array) {
+      // sequences and numpy arrays: INTS if every item is an integer, else FLOATS
+      py::object items = is_array ? value.attr("tolist")() : py::reinterpret_borrow<py::object>(value);
+      bool all_integers = true;
+      for (py::handle item : py::iter(items)) all_integers = all_integers && is_integer(item);
+      convert(entry, items, all_integers ? OAR_ATTR_INTS : OAR_ATTR_FLOATS);
+      return;
     } else if (is_integer(value)) {
       type = OAR_ATTR_INT;
     } else if (PyFloat_Check(value.ptr())) {
       type = OAR_ATTR_FLOAT;
     } else if (py::isinstance<py::str>(value)) {
       type = OAR_ATTR_STRING;
-    } else if (PyList_Check(value.ptr()) || PyTuple_Check(value.ptr()) ||
-               (py::hasattr(value, "ndim") && py::hasattr(value, "tolist") && value.attr("ndim").cast<int>() > 0)) {
-      // sequences and numpy arrays: INTS if every item is an integer, else FLOATS
-      py::object items = py::hasattr(value, "tolist") ? value.attr("tolist")() : py::reinterpret_borrow<py::object>(value);
-      bool all_integers = true;
-      for (py::handle item : py::iter(items)) all_integers = all_integers && is_integer(item);
-      convert(entry, items, all_integers ? OAR_ATTR_INTS : OAR_ATTR_FLOATS);
-      return;
     } else if (PyNumber_Check(value.ptr())) {
       type = OAR_ATTR_FLOAT;  // numpy float scalars and other real numbers
     } else {
@@ -259,7 +265,7 @@ void Attrs::convert(Entry& entry, py::handle value, int32_t forced_type) {
   entry.type = type;
   try {
     switch (type) {
-      case OAR_ATTR_INT: entry.integer = py::cast<int64_t>(py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()))); break;
+      case OAR_ATTR_INT: entry.integer = to_int64(value); break;
       case OAR_ATTR_BOOL: entry.integer = PyObject_IsTrue(value.ptr()) ? 1 : 0; break;
       case OAR_ATTR_FLOAT: entry.real = to_double(value); break;
       case OAR_ATTR_INTS: entry.integers = int_list(value, name); break;
@@ -297,7 +303,8 @@ void register_kernels(py::module_& module, PluginClass& plugin_class) {
   py::class_<TensorDesc, std::shared_ptr<TensorDesc>>(
       module, "TensorDesc", "A tensor argument of kernel_launch (a DLTensor): build once, reuse for every launch.")
       .def(py::init([](uintptr_t data, const std::vector<int64_t>& shape, py::handle dtype,
-                       std::optional<std::vector<int64_t>> strides, uint64_t byte_offset, int32_t device) {
+                       std::optional<std::vector<int64_t>> strides, uint64_t byte_offset, int32_t device,
+                       py::object owner) {
              auto desc = std::make_shared<TensorDesc>();
              for (int64_t extent : shape) {
                if (extent < 0) throw py::value_error("shape entries must be >= 0");
@@ -319,13 +326,15 @@ void register_kernels(py::module_& module, PluginClass& plugin_class) {
              desc->dtype = dtype_from_python(dtype);
              desc->byte_offset = byte_offset;
              desc->device = device;
+             desc->owner = std::move(owner);
              return desc;
            }),
            py::arg("data"), py::arg("shape"), py::arg("dtype"), py::arg("strides") = py::none(),
-           py::arg("byte_offset") = 0, py::arg("device") = 0)
+           py::arg("byte_offset") = 0, py::arg("device") = 0, py::arg("owner") = py::none())
       .def_readwrite("data", &TensorDesc::data)
       .def_readwrite("byte_offset", &TensorDesc::byte_offset)
       .def_readonly("device", &TensorDesc::device)
+      .def_readonly("owner", &TensorDesc::owner)
       .def_property_readonly("shape", [](const TensorDesc& self) { return py::tuple(py::cast(self.shape)); })
       .def_property_readonly("strides", [](const TensorDesc& self) -> py::object {
         return self.has_strides ? py::object(py::tuple(py::cast(self.strides))) : py::object(py::none());

@@ -23,6 +23,7 @@ struct TensorDesc {
   oar_dl_data_type dtype{OAR_DL_FLOAT, 32, 1};
   uint64_t byte_offset = 0;
   int32_t device = 0;
+  py::object owner;  // keeps the memory's owner (a DeviceBuffer) alive as long as the descriptor
 
   void fill(oar_dl_tensor& out) const {
     out.data = reinterpret_cast<void*>(data);

@@ -126,12 +126,12 @@ class DeviceBuffer:
 
     def desc(self, shape: Sequence[int], dtype: Any = "float32", strides: Sequence[int] | None = None,
              byte_offset: int = 0) -> "_C.TensorDesc":
-        """A TensorDesc of this memory for kernel_launch; checks that it fits."""
+        """A TensorDesc of this memory for kernel_launch (it keeps the buffer alive); checks that it fits."""
         if self.ptr == 0:
             raise ValueError("this DeviceBuffer was freed")
         dtype_name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
         desc = _C.TensorDesc(self.ptr, list(shape), dtype_name, None if strides is None else list(strides),
-                             byte_offset, self.device.index)
+                             byte_offset, self.device.index, self)
         item = desc.dtype.itemsize
         if desc.numel:
             steps = desc.strides if desc.strides is not None else _compact_strides(desc.shape)
