@@ -939,7 +939,17 @@ static void test_kernel_launch_validation(void) {
   make_tensor(&tout, out, F32, 1, s16, NULL);
   tout.dl.byte_offset = 4;
   EXPECT_STATUS(launch2(stream, add, &ta, &tb, &tout), OAR_ERROR_INVALID_HANDLE, "add");
-  tout.dl.byte_offset = 0;
+  tout.dl.byte_offset = 2; /* misaligned elements */
+  make_tensor(&ta, a, F32, 1, s8, NULL);
+  make_tensor(&tb, b, F32, 1, s8, NULL);
+  make_tensor(&tout, out, F32, 1, s8, NULL);
+  tout.dl.byte_offset = 2;
+  EXPECT_STATUS(launch2(stream, add, &ta, &tb, &tout), OAR_ERROR_INVALID_ARGUMENT, "aligned");
+  tout.dl.byte_offset = 32; /* a view at element 8 of the 16 */
+  EXPECT_OK(launch2(stream, add, &ta, &tb, &tout));
+  make_tensor(&ta, a, F32, 1, s16, NULL);
+  make_tensor(&tb, b, F32, 1, s16, NULL);
+  make_tensor(&tout, out, F32, 1, s16, NULL);
   /* strides that walk past the end */
   int64_t stride2[1] = {2};
   make_tensor(&ta, a, F32, 1, s16, stride2);

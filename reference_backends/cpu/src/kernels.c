@@ -214,6 +214,11 @@ static oar_status make_view(const refcpu_kernel* kernel, refcpu_stream* stream,
   uintptr_t start = (uintptr_t)tensor->data + (uintptr_t)tensor->byte_offset;
   if (!tensor->data)
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s data is NULL", op, role);
+  if (start % (uintptr_t)view->elem_size != 0)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: %s data + byte_offset (%p + %llu) is not aligned to its "
+                       "%d-byte elements",
+                       op, role, tensor->data, (unsigned long long)tensor->byte_offset, view->elem_size);
   return arena_resolve(&g_refcpu.devices[stream->device].arena, "kernel_launch", what,
                        (const void*)start, extent, &view->data);
 }
