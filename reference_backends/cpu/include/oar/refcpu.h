@@ -42,6 +42,30 @@
  *   int -> narrower int wraps; -> bool is (x != 0); to float16/bfloat16
  *   rounds to nearest even, NaN and Inf preserved.
  *
+ * Choices where oar/device_api.h leaves room
+ * -------------------------------------------
+ * - Every entry point called before init or after finalize returns
+ *   OAR_ERROR_DEVICE_LOST with a message; finalize may be followed by init.
+ * - Device memory: each device has its own arena (mmap, MAP_NORESERVE);
+ *   allocations are 256-byte aligned. A range is valid when it lies within
+ *   the bytes asked of one live mem_alloc (not its rounding); an empty range
+ *   may sit at the allocation's end. Other pointers: OAR_ERROR_INVALID_HANDLE.
+ * - Kernel tensors: data + byte_offset must be aligned to the element size;
+ *   a tensor with zero elements is never touched (data may be NULL). A kernel
+ *   handle queried for another device than the stream's: INVALID_ARGUMENT.
+ * - Stream errors: the first command that fails on a stream makes a sticky
+ *   error that stream_synchronize or device_synchronize returns (with its
+ *   message) once, then clears. An event record captures the stream's sticky
+ *   error as it runs; event_synchronize returns it once per record.
+ *   Callbacks receive the sticky status.
+ * - Stream priorities: -1 (highest) and 0 (lowest, normal). Each stream is
+ *   a worker thread; workers of lower-priority streams run one nice level
+ *   above higher-priority ones, so the OS scheduler favours them.
+ * - Module binaries carry the builder's machine name; they are compiled with
+ *   -march=native, so they load on machines of the same kind only.
+ * - The profiler records stream work (kernels, launches, async copies,
+ *   memsets), not synchronous copies.
+ *
  * Environment (read by oar_plugin_init / init)
  * --------------------------------------------
  *   OAR_REFCPU_DEVICE_TYPE   device-type name, [a-z][a-z0-9_]{0,31}, default "refcpu"
