@@ -480,6 +480,7 @@ static void test_host_memory(void) {
   EXPECT_STATUS(api->host_alloc(0, SIZE_MAX, &pinned), OAR_ERROR_OUT_OF_MEMORY, "host_alloc");
   EXPECT_OK(api->host_alloc(0, 10000, &pinned));
   CHECK(pinned != NULL && host_readable(pinned, 10000));
+  if (!pinned) return;
   memset(pinned, 0x5A, 10000);
   char* device_buffer = device_alloc(0, 10000);
   EXPECT_OK(api->memcpy_h2d(0, device_buffer, pinned, 10000));
@@ -1962,7 +1963,9 @@ int main(int argc, char** argv) {
     test_plugin_init();
     if (api) {
       test_calls_outside_init("before init");
-      EXPECT_OK(api->init());
+      oar_status init_status = api->init();
+      EXPECT_OK(init_status);
+      if (init_status != OAR_SUCCESS) goto done; /* nothing else can work */
       test_devices();
       test_memory();
       test_host_memory();
@@ -1987,6 +1990,7 @@ int main(int argc, char** argv) {
       measure_launch_overhead();
       test_finalize_cleans_up();
     }
+  done:
     pthread_mutex_destroy(&callbacks.lock);
   }
   dlclose(library);
