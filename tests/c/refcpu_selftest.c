@@ -875,6 +875,34 @@ static void test_concurrent_hosts(void) {
   CHECK(args[0].ok && args[1].ok);
 }
 
+/* Made-up handles are refused without being dereferenced; a stale handle
+   stays dead when its slot is reused. */
+static void test_forged_handles(void) {
+  oar_stream first = new_stream(0);
+  EXPECT_OK(api->stream_destroy(first));
+  oar_stream second = new_stream(0);
+  CHECK(first != second);
+  EXPECT_STATUS(api->stream_query(first), OAR_ERROR_INVALID_HANDLE, "stream_query");
+  EXPECT_OK(api->stream_query(second));
+
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  int refused = 0;
+  enum { TRIES = 2000 };
+  oar_launch_config config = {.struct_size = sizeof config, .grid = {1, 1, 1}, .block = {1, 1, 1}};
+  for (int i = 0; i < TRIES; i++) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    uint64_t forged = i % 2 ? state : (state & 0xF0000000000000FFull); /* random, or kind bits + small index */
+    refused += api->stream_query((oar_stream)(uintptr_t)forged) == OAR_ERROR_INVALID_HANDLE;
+    refused += api->event_query((oar_event)(uintptr_t)forged) == OAR_ERROR_INVALID_HANDLE;
+    refused += api->module_unload((oar_module)(uintptr_t)forged) == OAR_ERROR_INVALID_HANDLE;
+    refused += api->kernel_launch(second, (oar_kernel)(uintptr_t)forged, NULL, 0, NULL, 0, NULL, 0) ==
+               OAR_ERROR_INVALID_HANDLE;
+    refused += api->launch(second, (oar_function)(uintptr_t)forged, &config, NULL, 0) == OAR_ERROR_INVALID_HANDLE;
+  }
+  CHECK(refused == 5 * TRIES);
+  EXPECT_OK(api->stream_destroy(second));
+}
+
 /* ======================================================================== */
 /* Library kernels                                                           */
 /* ======================================================================== */
@@ -1977,6 +2005,7 @@ int main(int argc, char** argv) {
       test_sticky_errors();
       test_device_synchronize();
       test_concurrent_hosts();
+      test_forged_handles();
       test_kernel_query();
       test_kernel_launch_validation();
       test_binary_ops();
