@@ -33,6 +33,16 @@
  *   concurrently with any other entry point, on any handle that is not being
  *   destroyed at the same time.
  * - Sizes are in bytes; counts are in elements; times are in milliseconds.
+ *   A copy or memset of size 0 is OAR_SUCCESS and does nothing, whatever
+ *   its pointers.
+ * - Work that fails after it was enqueued makes its stream's error sticky:
+ *   the next stream_synchronize of that stream, or device_synchronize of its
+ *   device, returns that status once (the message names the work) and clears
+ *   it; event_synchronize of an event recorded after the failure returns it
+ *   too; later work on the stream still runs.
+ * - Fields named reserved are written as 0 and ignored by the reader.
+ * - Any entry other than oar_plugin_init and init, called before init or
+ *   after finalize, returns OAR_ERROR_NOT_INITIALIZED.
  *
  * Versioning
  * ----------
@@ -90,7 +100,9 @@ enum {
      depend on it are unusable until re-initialization. */
   OAR_ERROR_DEVICE_LOST = 7,
   /* Anything else that went wrong inside the plugin. */
-  OAR_ERROR_INTERNAL = 8
+  OAR_ERROR_INTERNAL = 8,
+  /* An entry point was called before init or after finalize. */
+  OAR_ERROR_NOT_INITIALIZED = 9
 };
 
 /* ======================================================================== */
@@ -112,8 +124,7 @@ typedef struct oar_comm_st* oar_comm;         /* a collective communicator */
 
 /* DLDeviceType values used by Oar. */
 enum {
-  OAR_DL_CPU = 1,      /* host memory */
-  OAR_DL_CPU_PINNED = 3,
+  OAR_DL_CPU = 1,      /* host memory, pinned (host_alloc) or not */
   OAR_DL_EXT_DEV = 12  /* a plugin device: device_id is the device index */
 };
 
@@ -238,7 +249,7 @@ typedef struct oar_device_properties {
   uint32_t memory_alignment; /* alignment of every mem_alloc result, bytes */
   int32_t stream_priority_lowest;  /* numerically largest priority */
   int32_t stream_priority_highest; /* numerically smallest priority */
-  uint32_t reserved; /* 0 */
+  uint32_t max_shared_memory_bytes; /* largest oar_launch_config.shared_memory_bytes */
 } oar_device_properties;
 
 /* ======================================================================== */
@@ -249,7 +260,7 @@ typedef struct oar_device_properties {
    presence of an entry point cannot express. */
 #define OAR_CAP_HOST_ACCESSIBLE_MEMORY ((uint64_t)1 << 0) /* host may read device pointers directly */
 #define OAR_CAP_TIMING_EVENTS ((uint64_t)1 << 1)          /* OAR_EVENT_TIMING works */
-#define OAR_CAP_STREAM_PRIORITIES ((uint64_t)1 << 2)      /* stream priority is honoured */
+#define OAR_CAP_STREAM_PRIORITIES ((uint64_t)1 << 2)      /* higher-priority streams are favoured when streams compete */
 #define OAR_CAP_CONCURRENT_STREAMS ((uint64_t)1 << 3)     /* streams run concurrently */
 
 /* Flags of stream_create. */
@@ -432,8 +443,8 @@ typedef struct oar_device_table {
   /* memcpy_h2d: copy size bytes from host memory src to device memory dst.
    * Requirement: REQUIRED
    * Blocking: synchronous; not ordered with pending stream work
-   * Status: OAR_SUCCESS (size 0 included); OAR_ERROR_INVALID_ARGUMENT if a
-   *   pointer is NULL; OAR_ERROR_INVALID_HANDLE if [dst, dst+size) is not
+   * Status: OAR_SUCCESS (at once for size 0); OAR_ERROR_INVALID_ARGUMENT if
+   *   a pointer is NULL; OAR_ERROR_INVALID_HANDLE if [dst, dst+size) is not
    *   inside one live allocation of this device.
    */
   oar_status (*memcpy_h2d)(int32_t device, void* dst, const void* src,
@@ -486,7 +497,8 @@ typedef struct oar_device_table {
   /* mem_set: set size bytes of device memory at dst to the byte value.
    * Requirement: REQUIRED
    * Blocking: synchronous; not ordered with pending stream work
-   * Status: OAR_SUCCESS; OAR_ERROR_INVALID_ARGUMENT if dst is NULL;
+   * Status: OAR_SUCCESS (at once for size 0); OAR_ERROR_INVALID_ARGUMENT if
+   *   dst is NULL;
    *   OAR_ERROR_INVALID_HANDLE if the range is not inside one allocation.
    */
   oar_status (*mem_set)(int32_t device, void* dst, uint8_t value, size_t size);
@@ -630,8 +642,9 @@ typedef struct oar_device_table {
    * Requirement: REQUIRED
    * Blocking: synchronous
    * Status: OAR_SUCCESS; OAR_ERROR_NOT_SUPPORTED if the plugin has no such
-   *   kernel (the host falls back; not an error); OAR_ERROR_INVALID_ARGUMENT
-   *   if op or kernel is NULL or device is out of range.
+   *   kernel, including a dtype count that does not fit the op (the host
+   *   falls back; not an error); OAR_ERROR_INVALID_ARGUMENT if op, dtypes or
+   *   kernel is NULL or device is out of range.
    */
   oar_status (*kernel_query)(int32_t device, const char* op,
                              const oar_dl_data_type* dtypes, size_t num_dtypes,
@@ -645,8 +658,11 @@ typedef struct oar_device_table {
    * Blocking: asynchronous (stream-ordered); descriptors copied on entry
    * Status: OAR_SUCCESS; OAR_ERROR_INVALID_HANDLE for a dead stream, an
    *   unknown kernel or a data pointer not of this device;
-   *   OAR_ERROR_INVALID_ARGUMENT for wrong tensor counts, shapes, dtypes or
-   *   missing/ill-typed attributes (the message names which).
+   *   OAR_ERROR_INVALID_ARGUMENT for wrong tensor counts, shapes, dtypes,
+   *   missing/ill-typed attributes, data + byte_offset not aligned to the
+   *   element size, or a kernel queried for another device than the
+   *   stream's (the message names which). A tensor with no elements is never
+   *   touched; its data may be NULL.
    */
   oar_status (*kernel_launch)(oar_stream stream, oar_kernel kernel,
                               const oar_dl_tensor* inputs, size_t num_inputs,
@@ -712,8 +728,9 @@ typedef struct oar_device_table {
    * Blocking: asynchronous (stream-ordered); args copied on entry
    * Status: OAR_SUCCESS; OAR_ERROR_INVALID_HANDLE for a dead stream or
    *   function, or a device pointer argument not of this device;
-   *   OAR_ERROR_INVALID_ARGUMENT for a zero or oversized grid/block or a bad
-   *   argument kind/size.
+   *   OAR_ERROR_INVALID_ARGUMENT for a zero or oversized grid/block, shared
+   *   memory beyond max_shared_memory_bytes, a bad argument kind/size, a
+   *   NULL device pointer argument, or a function of another device.
    */
   oar_status (*launch)(oar_stream stream, oar_function function,
                        const oar_launch_config* config,
@@ -833,8 +850,9 @@ typedef struct oar_device_table {
 enum { OAR_LOG_DEBUG = 0, OAR_LOG_INFO = 1, OAR_LOG_WARNING = 2, OAR_LOG_ERROR = 3 };
 
 typedef struct oar_plugin_params {
-  /* Set by the host: sizeof(oar_plugin_params) as the host was compiled.
-     The plugin writes no field at or beyond this offset. */
+  /* Set by the host: sizeof(oar_plugin_params) as the host was compiled,
+     never less than in ABI 1.0 (a plugin refuses a smaller one with
+     OAR_ERROR_INVALID_ARGUMENT). The plugin writes no field at or beyond it. */
   size_t struct_size;
 
   /* Set by the host: the ABI version the host speaks. */
@@ -868,8 +886,9 @@ typedef struct oar_plugin_params {
 /* The one symbol a plugin exports. The host calls it once, right after
  * loading the library and before init, with the host fields of *params set
  * and the plugin fields zeroed. The plugin fills its fields and returns
- * OAR_SUCCESS, or OAR_ERROR_NOT_SUPPORTED if it cannot serve the host's
- * major version. It must not touch any device.
+ * OAR_SUCCESS; OAR_ERROR_NOT_SUPPORTED if it cannot serve the host's major
+ * version; OAR_ERROR_INVALID_ARGUMENT if params is NULL or its struct_size is
+ * too small. It must not touch any device.
  */
 typedef oar_status (*oar_plugin_init_fn)(oar_plugin_params* params);
 

@@ -80,7 +80,7 @@ oar_status refcpu_device_get_properties(int32_t device, oar_device_properties* p
   SET_FIELD(props, limit, memory_alignment, REFCPU_ALIGNMENT);
   SET_FIELD(props, limit, stream_priority_lowest, REFCPU_PRIORITY_LOWEST);
   SET_FIELD(props, limit, stream_priority_highest, REFCPU_PRIORITY_HIGHEST);
-  SET_FIELD(props, limit, reserved, 0);
+  SET_FIELD(props, limit, max_shared_memory_bytes, 0); /* C functions have no shared memory */
   return OAR_SUCCESS;
 }
 

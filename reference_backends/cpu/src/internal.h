@@ -388,7 +388,7 @@ typedef struct refcpu_state {
 
 extern refcpu_state g_refcpu;
 
-/* Fails with DEVICE_LOST outside init..finalize. */
+/* Fails with NOT_INITIALIZED outside init..finalize. */
 oar_status refcpu_check_ready(const char* entry);
 /* Fails with INVALID_ARGUMENT for an index outside [0, device_count). */
 oar_status refcpu_check_device(const char* entry, int32_t device);

@@ -46,10 +46,11 @@ static oar_status copy_now(int32_t device, const char* entry, copy_direction dir
                            void* dst, const void* src, size_t size) {
   REFCPU_TRY(refcpu_check_ready(entry));
   REFCPU_TRY(refcpu_check_device(entry, device));
+  if (size == 0) return OAR_SUCCESS; /* the ABI: nothing to do, whatever the pointers */
   char* host_dst = NULL;
   const char* host_src = NULL;
   REFCPU_TRY(resolve_copy(device, entry, direction, dst, src, size, &host_dst, &host_src));
-  if (size) memmove(host_dst, host_src, size);
+  memmove(host_dst, host_src, size);
   return OAR_SUCCESS;
 }
 
@@ -70,6 +71,7 @@ static oar_status copy_async(oar_stream handle, const char* entry,
                              const void* src, size_t size) {
   refcpu_stream* stream = NULL;
   REFCPU_TRY(stream_lookup(handle, entry, &stream));
+  if (size == 0) return OAR_SUCCESS;
   char* host_dst = NULL;
   const char* host_src = NULL;
   REFCPU_TRY(resolve_copy(stream->device, entry, direction, dst, src, size, &host_dst, &host_src));
@@ -93,15 +95,17 @@ oar_status refcpu_memcpy_d2d_async(oar_stream stream, void* dst, const void* src
 oar_status refcpu_mem_set(int32_t device, void* dst, uint8_t value, size_t size) {
   REFCPU_TRY(refcpu_check_ready("mem_set"));
   REFCPU_TRY(refcpu_check_device("mem_set", device));
+  if (size == 0) return OAR_SUCCESS;
   char* host_dst = NULL;
   REFCPU_TRY(arena_resolve(arena_of(device), "mem_set", "dst", dst, size, &host_dst));
-  if (size) memset(host_dst, value, size);
+  memset(host_dst, value, size);
   return OAR_SUCCESS;
 }
 
 oar_status refcpu_mem_set_async(oar_stream handle, void* dst, uint8_t value, size_t size) {
   refcpu_stream* stream = NULL;
   REFCPU_TRY(stream_lookup(handle, "mem_set_async", &stream));
+  if (size == 0) return OAR_SUCCESS;
   char* host_dst = NULL;
   REFCPU_TRY(arena_resolve(arena_of(stream->device), "mem_set_async", "dst", dst, size, &host_dst));
   command fill = {.kind = COMMAND_MEMSET,

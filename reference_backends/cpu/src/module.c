@@ -448,6 +448,12 @@ static oar_status check_config(const oar_launch_config* config) {
   if (threads > 1024)
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "launch: block has %llu threads, more than 1024",
                        (unsigned long long)threads);
+  bool has_shared_memory_field = config->struct_size >= offsetof(oar_launch_config, shared_memory_bytes) +
+                                                           sizeof config->shared_memory_bytes;
+  if (has_shared_memory_field && config->shared_memory_bytes > 0)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "launch: shared_memory_bytes = %u, but C functions have no shared memory (max 0)",
+                       config->shared_memory_bytes);
   return OAR_SUCCESS;
 }
 

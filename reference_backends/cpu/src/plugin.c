@@ -65,7 +65,7 @@ static const oar_device_table table = {
 
 oar_status refcpu_check_ready(const char* entry) {
   if (atomic_load_explicit(&g_refcpu.ready, memory_order_acquire)) return OAR_SUCCESS;
-  return refcpu_fail(OAR_ERROR_DEVICE_LOST,
+  return refcpu_fail(OAR_ERROR_NOT_INITIALIZED,
                      "%s: the plugin is not initialized (init was not called, or finalize already ran)",
                      entry);
 }
