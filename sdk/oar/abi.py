@@ -143,7 +143,8 @@ class PythonPlugin:
     """A plugin whose entry points are Python callables, for loader tests and fault injection.
 
     ``entries`` maps table field names to callables with the C signature; an
-    exception inside one returns OAR_ERROR_INTERNAL. ``init_address`` is the
+    exception inside one returns OAR_ERROR_INTERNAL and is kept in
+    ``errors`` (name, exception). ``init_address`` is the
     integer address of its ``oar_plugin_init``, for ``oar._C.load_from_init``.
     """
 
@@ -152,13 +153,13 @@ class PythonPlugin:
                  abi_minor: int | None = None, table_size: int | None = None,
                  capabilities: int = 0, init_status: int = 0, provide_table: bool = True):
         self._keep: list[object] = []
+        self.errors: list[tuple[str, BaseException]] = []
         self.table = ffi.new("oar_device_table*")
         self.table.struct_size = ffi.sizeof("oar_device_table") if table_size is None else table_size
         for name, function in entries.items():
             field_type = dict(ffi.typeof("oar_device_table").fields)[name].type
-            error = C.OAR_ERROR_INTERNAL if field_type.result.cname == "int32_t" else None
-            callback = ffi.callback(field_type, function, error=error) if error is not None \
-                else ffi.callback(field_type, function)
+            error = C.OAR_ERROR_INTERNAL if field_type.result.cname == "int32_t" else ffi.NULL
+            callback = ffi.callback(field_type, function, error=error, onerror=self._recorder(name))
             self._keep.append(callback)
             setattr(self.table, name, callback)
         self._device_type = ffi.new("char[]", device_type.encode())
@@ -179,6 +180,11 @@ class PythonPlugin:
 
         self._init = ffi.callback("oar_plugin_init_fn", plugin_init,
                                   error=C.OAR_ERROR_INTERNAL)
+
+    def _recorder(self, name: str) -> Callable:
+        def record(exception_type, exception, traceback) -> None:
+            self.errors.append((name, exception))
+        return record
 
     @property
     def init_address(self) -> int:
