@@ -154,6 +154,13 @@ void relabel_log_sink(LogSink sink, const std::string& label) {
   }
 }
 
+void release_log_sink(LogSink sink) {
+  std::lock_guard<std::mutex> lock(g_log_slots_mutex);
+  for (size_t i = 0; i + 1 < kLogSlots; ++i) {  // the shared last slot stays taken
+    if (kLogSinks[i] == sink) g_log_slots[i].taken = false;
+  }
+}
+
 // ---- stream callbacks -----------------------------------------------------------
 
 void* retain_stream_callback(const py::object& callable) {
@@ -175,6 +182,30 @@ void stream_callback_trampoline(oar_stream, oar_status status, void* user_data) 
     Py_DECREF(result);
   }
   Py_DECREF(callable);
+}
+
+namespace {
+unsigned long g_main_thread_ident = 0;  // threading.main_thread().ident, read on first use
+}
+
+bool python_open() { return g_python_open.load(); }
+
+bool on_main_thread() {
+  if (g_main_thread_ident == 0) return true;  // before init (never in practice): treat as main
+  return PyThread_get_thread_ident() == g_main_thread_ident;
+}
+
+void remember_main_thread() {
+  g_main_thread_ident = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+}
+
+void park_thread_forever() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+void reenter_python(PyThreadState* state) {
+  if (!g_python_open.load() && !on_main_thread()) park_thread_forever();
+  PyEval_RestoreThread(state);
 }
 
 void stop_python_entries() {

@@ -19,6 +19,8 @@ using LogSink = void (*)(int32_t level, const char* message);
 // plugin gets its own trampoline, labelled with the plugin's name in messages.
 LogSink acquire_log_sink(const std::string& label);
 void relabel_log_sink(LogSink sink, const std::string& label);
+// The plugin will not log again (finalized, or never initialized): its slot may serve another.
+void release_log_sink(LogSink sink);
 
 // user_data for stream_add_callback: owns a reference to the Python callable
 // until the trampoline has called it once.
@@ -29,5 +31,34 @@ void stream_callback_trampoline(oar_stream stream, oar_status status, void* user
 // At interpreter exit (GIL held): from now on plugin threads write to stderr
 // instead of entering Python; waits for the calls already inside Python.
 void stop_python_entries();
+
+// Whether Python still takes threads back (false once stop_python_entries ran).
+bool python_open();
+// Called without the GIL by a thread that must not return into a closing interpreter
+// (a daemon thread coming back from a plugin call at exit): sleeps until the process ends.
+[[noreturn]] void park_thread_forever();
+// Take the GIL back after a plugin call. Not a destructor on purpose: at exit CPython may end a
+// daemon thread inside PyEval_RestoreThread by unwinding it, which a destructor cannot survive.
+void reenter_python(PyThreadState* state);
+bool on_main_thread();
+void remember_main_thread();  // at module import
+
+// Run a plugin call with the GIL released (plugin threads may need it meanwhile: callbacks, logs).
+template <class Fn>
+auto without_gil(Fn&& call) -> decltype(call()) {
+  if (!python_open()) {
+    // At exit only the main thread may still call a plugin, and plugin threads no longer
+    // enter Python, so it keeps the GIL; any other thread parks.
+    if (!on_main_thread()) {
+      PyEval_SaveThread();
+      park_thread_forever();
+    }
+    return call();
+  }
+  PyThreadState* state = PyEval_SaveThread();
+  auto result = call();
+  reenter_python(state);
+  return result;
+}
 
 }  // namespace oar

@@ -181,13 +181,11 @@ void kernel_launch(Stream& stream, const Kernel& kernel, py::handle inputs, py::
     }
   }
   auto launch = plugin.table().kernel_launch;
-  oar_status status;
-  {
-    // Released even here: the enqueue may block on a full queue whose worker needs the GIL (callbacks).
-    py::gil_scoped_release release;
-    status = launch(handle, kernel.handle, in.data(), in.size(), out.data(), out.size(),
-                    attr_list ? attr_list->data() : nullptr, attr_list ? attr_list->size() : 0);
-  }
+  // Released even here: the enqueue may block on a full queue whose worker needs the GIL (callbacks).
+  oar_status status = plugin.counted([&] {
+    return launch(handle, kernel.handle, in.data(), in.size(), out.data(), out.size(),
+                  attr_list ? attr_list->data() : nullptr, attr_list ? attr_list->size() : 0);
+  });
   if (status != OAR_SUCCESS) plugin.raise_status("kernel_launch", status);
 }
 

@@ -23,7 +23,7 @@ std::shared_ptr<Module> Module::load(const std::shared_ptr<Plugin>& plugin, int3
   return module;
 }
 
-Module::~Module() { unload_quietly(); }
+Module::~Module() { unload_quietly(false); }
 
 void Module::unload() {
   plugin_->call("module_unload", plugin_->table().module_unload, handle());
@@ -31,14 +31,10 @@ void Module::unload() {
   plugin_->unregister_resource(ResourceRank::kModule, resource_id_);
 }
 
-void Module::unload_quietly() {
+void Module::unload_quietly(bool during_finalize) {
   if (handle_ == nullptr) return;
-  if (plugin_->initialized() && !plugin_->finalized()) {
-    oar_status status;
-    {
-      py::gil_scoped_release release;
-      status = plugin_->table().module_unload(handle_);
-    }
+  if (plugin_->initialized() && !plugin_->finalized() && (during_finalize || plugin_->usable())) {
+    oar_status status = without_gil([&] { return plugin_->table().module_unload(handle_); });
     if (status != OAR_SUCCESS) {
       plugin_->log_problem("module_unload failed with " + status_name(status) + ": " +
                            copy_plugin_text(plugin_->table().get_last_error_message()));
@@ -48,7 +44,7 @@ void Module::unload_quietly() {
   handle_ = nullptr;
 }
 
-void Module::release_before_finalize() { unload_quietly(); }
+void Module::release_before_finalize() { unload_quietly(true); }
 
 namespace {
 

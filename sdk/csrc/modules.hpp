@@ -18,8 +18,8 @@ class Module : public PluginResource, public std::enable_shared_from_this<Module
   ~Module() override;
 
   oar_module handle() const {
-    if (handle_ == nullptr) throw_oar_error("this module of " + plugin_->label() + " was unloaded");
     plugin_->ensure_usable();
+    if (handle_ == nullptr) throw_oar_error("this module of " + plugin_->label() + " was unloaded");
     return handle_;
   }
   const std::shared_ptr<Plugin>& plugin_ptr() const { return plugin_; }
@@ -30,7 +30,8 @@ class Module : public PluginResource, public std::enable_shared_from_this<Module
 
  private:
   Module(std::shared_ptr<Plugin> plugin, int32_t device) : plugin_(std::move(plugin)), device_(device) {}
-  void unload_quietly();
+  // Never raises; another thread's GC must not race finalize, which passes during_finalize.
+  void unload_quietly(bool during_finalize);
 
   std::shared_ptr<Plugin> plugin_;
   int32_t device_;

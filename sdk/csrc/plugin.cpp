@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "entry_points.hpp"
 
@@ -85,11 +87,12 @@ std::shared_ptr<Plugin> Plugin::open_library(const std::string& path) {
   return from_init_function(plugin_init, path, library);
 }
 
-std::shared_ptr<Plugin> Plugin::from_init_function(oar_plugin_init_fn plugin_init,
-                                                   const std::string& origin, void* library) {
+std::shared_ptr<Plugin> Plugin::from_init_function(oar_plugin_init_fn plugin_init, const std::string& origin,
+                                                   void* library, py::object owner) {
   if (plugin_init == nullptr) throw_plugin_load_error(origin, "oar_plugin_init is NULL");
   std::shared_ptr<Plugin> plugin(new Plugin());
   plugin->library_ = library;
+  plugin->owner_ = std::move(owner);
   plugin->path_ = origin;
   plugin->device_type_ = "unnamed";
 
@@ -102,11 +105,7 @@ std::shared_ptr<Plugin> Plugin::from_init_function(oar_plugin_init_fn plugin_ini
   plugin->log_sink_ = acquire_log_sink(base);
   params.log = plugin->log_sink_;
 
-  oar_status status;
-  {
-    py::gil_scoped_release release;
-    status = plugin_init(&params);
-  }
+  oar_status status = without_gil([&] { return plugin_init(&params); });
   if (status != OAR_SUCCESS) {
     std::string reason = "oar_plugin_init failed with " + status_name(status);
     if (status == OAR_ERROR_NOT_SUPPORTED) {
@@ -181,20 +180,13 @@ void Plugin::check_table(const oar_plugin_params& params) {
 void Plugin::initialize() {
   if (initialized_) return;
   if (finalized_) raise_unusable();
-  oar_status status;
-  {
-    py::gil_scoped_release release;
-    status = table_.init();
-  }
+  oar_status status = without_gil([&] { return table_.init(); });
   if (status != OAR_SUCCESS) {
     std::string message = copy_plugin_text(table_.get_last_error_message());
     fail("init failed with " + status_name(status) + (message.empty() ? "" : ": " + message));
   }
   int32_t count = -1;
-  {
-    py::gil_scoped_release release;
-    status = table_.device_count(&count);
-  }
+  status = without_gil([&] { return table_.device_count(&count); });
   if (status != OAR_SUCCESS || count < 0) {
     std::string message = status != OAR_SUCCESS ? copy_plugin_text(table_.get_last_error_message()) : "";
     initialized_ = true;  // init succeeded: finalize must still run
@@ -207,17 +199,24 @@ void Plugin::initialize() {
 }
 
 void Plugin::finalize() {
-  if (finalized_) return;
+  if (finalized_ || closing_) return;
+  closing_ = true;
   if (!initialized_) {
     finalized_ = true;
     return;
   }
-  for (int32_t device = 0; device < device_count_; ++device) {
-    oar_status status;
-    {
-      py::gil_scoped_release release;
-      status = table_.device_synchronize(device);
+  // finalize runs "with no other call in flight": let calls of other threads return first.
+  bool drained = without_gil([&] {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (calls_in_flight_.load() > 0) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    return true;
+  });
+  if (!drained) log_problem("finalize: calls of other threads still running after 10 s; finalizing anyway");
+  for (int32_t device = 0; device < device_count_; ++device) {
+    oar_status status = without_gil([&] { return table_.device_synchronize(device); });
     if (status != OAR_SUCCESS) {
       log_problem("device_synchronize(" + std::to_string(device) + ") before finalize failed with " +
                   status_name(status) + ": " + copy_plugin_text(table_.get_last_error_message()));
@@ -231,7 +230,7 @@ void Plugin::finalize() {
     rank.clear();
   }
   for (auto [device, pointer] : std::set<std::pair<int32_t, uintptr_t>>(allocations_)) {
-    release_allocation(device, pointer);
+    free_tracked(device, pointer);
   }
   for (auto [device, pointer] : host_allocations_) {
     if (table_.host_free == nullptr) break;
@@ -240,11 +239,7 @@ void Plugin::finalize() {
   }
   host_allocations_.clear();
   kernel_cache_.clear();
-  oar_status status;
-  {
-    py::gil_scoped_release release;
-    status = table_.finalize();
-  }
+  oar_status status = without_gil([&] { return table_.finalize(); });
   finalized_ = true;
   if (status != OAR_SUCCESS) {
     log_problem("finalize failed with " + status_name(status) + ": " +
@@ -253,13 +248,15 @@ void Plugin::finalize() {
 }
 
 Plugin::~Plugin() {
-  if (initialized_ && !finalized_ && Py_IsInitialized()) {
+  if (initialized_ && !finalized_ && code_known_alive() && Py_IsInitialized()) {
     try {
       finalize();
     } catch (...) {
       // a destructor must not throw; finalize already logged what it could
     }
   }
+  if (log_sink_ && (finalized_ || !initialized_)) release_log_sink(log_sink_);
+  if (!Py_IsInitialized()) owner_.release();  // no Python left to release it to
 }
 
 void Plugin::fail(const std::string& reason) const { throw_plugin_load_error(path_, reason); }
@@ -275,7 +272,7 @@ void Plugin::raise_not_provided(const char* entry) const {
 }
 
 void Plugin::raise_unusable() const {
-  if (finalized_) throw_oar_error("the " + label() + " is finalized; it cannot be used any more");
+  if (closing_) throw_oar_error("the " + label() + " is finalized; it cannot be used any more");
   throw_oar_error("the " + label() + " is not initialized");
 }
 
@@ -361,12 +358,13 @@ void Plugin::mem_free(int32_t device, uintptr_t pointer) {
 }
 
 bool Plugin::release_allocation(int32_t device, uintptr_t pointer) {
-  if (!initialized_ || finalized_ || allocations_.erase({device, pointer}) == 0) return false;
-  oar_status status;
-  {
-    py::gil_scoped_release release;
-    status = table_.mem_free(device, reinterpret_cast<void*>(pointer));
-  }
+  if (!usable()) return false;  // finalize frees what is left
+  return free_tracked(device, pointer);
+}
+
+bool Plugin::free_tracked(int32_t device, uintptr_t pointer) {
+  if (allocations_.erase({device, pointer}) == 0) return false;
+  oar_status status = without_gil([&] { return table_.mem_free(device, reinterpret_cast<void*>(pointer)); });
   if (status != OAR_SUCCESS) {
     log_problem("mem_free(" + std::to_string(device) + ", " + std::to_string(pointer) + ") failed with " +
                 status_name(status) + ": " + copy_plugin_text(table_.get_last_error_message()));
@@ -412,6 +410,7 @@ std::vector<std::shared_ptr<Plugin>> loaded_plugins() {
 void shutdown_plugins() {
   auto plugins = loaded_plugins();
   for (auto it = plugins.rbegin(); it != plugins.rend(); ++it) {
+    if (!(*it)->code_known_alive()) continue;
     try {
       (*it)->finalize();
     } catch (py::error_already_set& error) {
@@ -427,6 +426,7 @@ void shutdown_plugins() {
 namespace oar {
 
 PluginClass register_plugin(py::module_& module) {
+  remember_main_thread();
   PluginClass plugin_class(module, "Plugin",
                            "A device plugin: its library, checked function table and identity.");
   plugin_class.def_property_readonly("device_type", &Plugin::device_type)
@@ -461,16 +461,18 @@ PluginClass register_plugin(py::module_& module) {
       "dlopen a plugin library, check what its oar_plugin_init returns, then init() it.");
   module.def(
       "load_from_init",
-      [](uintptr_t address, const std::string& origin, bool initialize) {
+      [](uintptr_t address, const std::string& origin, bool initialize, py::object owner) {
         oar_plugin_init_fn plugin_init;
         static_assert(sizeof(plugin_init) == sizeof(address), "function pointers are addresses");
         std::memcpy(&plugin_init, &address, sizeof(plugin_init));
-        auto plugin = Plugin::from_init_function(plugin_init, origin, nullptr);
+        auto plugin = Plugin::from_init_function(plugin_init, origin, nullptr, std::move(owner));
         if (initialize) plugin->initialize();
         return plugin;
       },
-      py::arg("address"), py::arg("origin"), py::arg("initialize") = true,
-      "The same as load_plugin, from the address of an oar_plugin_init function.");
+      py::arg("address"), py::arg("origin"), py::arg("initialize") = true, py::arg("owner") = py::none(),
+      "The same as load_plugin, from the address of an oar_plugin_init function. Pass as owner\n"
+      "whatever keeps that code alive (e.g. an oar.abi.PythonPlugin): the Plugin holds it, and\n"
+      "finalizes on destruction only if it has an owner (a bare address may be dead by then).");
   module.def("entry_points", [] {
     py::list entries;
     for (const auto& entry : kEntryPoints) entries.append(py::make_tuple(entry.name, entry.required));

@@ -4,6 +4,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -40,8 +41,9 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
   // dlopen + oar_plugin_init + checks of what it returned; init() is not called yet.
   static std::shared_ptr<Plugin> open_library(const std::string& path);
   // The same from an oar_plugin_init function already in memory; origin names it in messages.
-  static std::shared_ptr<Plugin> from_init_function(oar_plugin_init_fn plugin_init,
-                                                    const std::string& origin, void* library);
+  // owner (may be None) is whatever keeps that code alive; the plugin holds it until destroyed.
+  static std::shared_ptr<Plugin> from_init_function(oar_plugin_init_fn plugin_init, const std::string& origin,
+                                                    void* library, py::object owner = py::none());
   ~Plugin();
   Plugin(const Plugin&) = delete;
   Plugin& operator=(const Plugin&) = delete;
@@ -56,7 +58,10 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
   uint32_t abi_minor() const { return abi_minor_; }
   uint64_t capabilities() const { return capabilities_; }
   bool initialized() const { return initialized_; }
+  // False for a plugin from a bare init address: its code may be gone, so nothing calls it implicitly.
+  bool code_known_alive() const { return library_ != nullptr || (owner_ && !owner_.is_none()); }
   bool finalized() const { return finalized_; }
+  bool usable() const { return initialized_ && !closing_; }
   int32_t device_count() const { return device_count_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
   std::vector<std::string> provided_entries() const;
@@ -66,9 +71,9 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
 
   const oar_device_table& table() const { return table_; }
 
-  // Raise OarError unless the plugin is initialized and not finalized.
+  // Raise OarError unless the plugin is initialized and not finalized (nor being finalized).
   void ensure_usable() const {
-    if (!initialized_ || finalized_) raise_unusable();
+    if (!initialized_ || closing_) raise_unusable();
   }
   // Raise InvalidDeviceError unless 0 <= device < device_count.
   void check_device(int64_t device) const;
@@ -84,8 +89,16 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
   oar_status call_status(const char* entry, Fn fn, Args... args) const {
     ensure_usable();
     if (fn == nullptr) raise_not_provided(entry);
-    py::gil_scoped_release release;
-    return fn(args...);
+    return counted([&] { return fn(args...); });
+  }
+  // A call other threads may make while finalize starts: finalize waits for it to return.
+  // Call with the GIL held, after ensure_usable.
+  template <class Call>
+  auto counted(Call&& call) const -> decltype(call()) {
+    calls_in_flight_.fetch_add(1);
+    auto result = without_gil(call);
+    calls_in_flight_.fetch_sub(1);
+    return result;
   }
   // Reads the calling thread's last plugin message: call right after the failing entry point.
   [[noreturn]] void raise_status(const char* entry, oar_status status) const;
@@ -119,9 +132,11 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
  private:
   Plugin() = default;
   void check_table(const oar_plugin_params& params);
+  bool free_tracked(int32_t device, uintptr_t pointer);  // mem_free if tracked; logs failures
   [[noreturn]] void fail(const std::string& reason) const;
 
   void* library_ = nullptr;  // never dlclose'd: plugin threads may outlive any unload
+  py::object owner_;         // keeps the code of a plugin loaded from an init address alive
   std::string path_;
   std::string device_type_;
   std::string version_;
@@ -133,7 +148,9 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
   LogSink log_sink_ = nullptr;
   std::vector<std::string> warnings_;
   bool initialized_ = false;
+  bool closing_ = false;    // finalize has begun: no new calls
   bool finalized_ = false;
+  mutable std::atomic<int> calls_in_flight_{0};
   int32_t device_count_ = 0;
 
   uint64_t next_resource_id_ = 1;

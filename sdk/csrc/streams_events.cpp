@@ -28,7 +28,7 @@ std::shared_ptr<Stream> Stream::create(const std::shared_ptr<Plugin>& plugin, in
   return stream;
 }
 
-Stream::~Stream() { destroy_quietly(); }
+Stream::~Stream() { destroy_quietly(false); }
 
 void Stream::raise_destroyed() const {
   throw_oar_error("this stream of " + plugin_->device_type() + ":" + std::to_string(device_) + " was destroyed");
@@ -80,15 +80,13 @@ void Stream::destroy() {
   work_completed();
 }
 
-void Stream::destroy_quietly() {
+void Stream::destroy_quietly(bool during_finalize) {
   if (handle_ == nullptr) return;
-  if (plugin_->initialized() && !plugin_->finalized()) {
-    oar_status status;
-    {
-      py::gil_scoped_release release;
+  if (plugin_->initialized() && !plugin_->finalized() && (during_finalize || plugin_->usable())) {
+    oar_status status = without_gil([&] {
       plugin_->table().stream_synchronize(handle_);
-      status = plugin_->table().stream_destroy(handle_);
-    }
+      return plugin_->table().stream_destroy(handle_);
+    });
     if (status != OAR_SUCCESS) {
       plugin_->log_problem("stream_destroy failed with " + status_name(status) + ": " +
                            copy_plugin_text(plugin_->table().get_last_error_message()));
@@ -99,7 +97,7 @@ void Stream::destroy_quietly() {
   work_completed();
 }
 
-void Stream::release_before_finalize() { destroy_quietly(); }
+void Stream::release_before_finalize() { destroy_quietly(true); }
 
 // ---- Event ----------------------------------------------------------------------
 
@@ -114,7 +112,7 @@ std::shared_ptr<Event> Event::create(const std::shared_ptr<Plugin>& plugin, int3
   return event;
 }
 
-Event::~Event() { destroy_quietly(); }
+Event::~Event() { destroy_quietly(false); }
 
 void Event::raise_destroyed() const {
   throw_oar_error("this event of " + plugin_->device_type() + ":" + std::to_string(device_) + " was destroyed");
@@ -147,14 +145,10 @@ void Event::destroy() {
   plugin_->unregister_resource(ResourceRank::kEvent, resource_id_);
 }
 
-void Event::destroy_quietly() {
+void Event::destroy_quietly(bool during_finalize) {
   if (handle_ == nullptr) return;
-  if (plugin_->initialized() && !plugin_->finalized()) {
-    oar_status status;
-    {
-      py::gil_scoped_release release;
-      status = plugin_->table().event_destroy(handle_);
-    }
+  if (plugin_->initialized() && !plugin_->finalized() && (during_finalize || plugin_->usable())) {
+    oar_status status = without_gil([&] { return plugin_->table().event_destroy(handle_); });
     if (status != OAR_SUCCESS) {
       plugin_->log_problem("event_destroy failed with " + status_name(status) + ": " +
                            copy_plugin_text(plugin_->table().get_last_error_message()));
@@ -164,7 +158,7 @@ void Event::destroy_quietly() {
   handle_ = nullptr;
 }
 
-void Event::release_before_finalize() { destroy_quietly(); }
+void Event::release_before_finalize() { destroy_quietly(true); }
 
 // ---- bindings -------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ class Stream : public PluginResource, public std::enable_shared_from_this<Stream
 
   // The live handle; raises OarError for a destroyed stream or a finalized plugin.
   oar_stream handle() const {
-    if (handle_ == nullptr) raise_destroyed();
     plugin_->ensure_usable();
+    if (handle_ == nullptr) raise_destroyed();
     return handle_;
   }
   Plugin& plugin() const { return *plugin_; }
@@ -51,7 +51,8 @@ class Stream : public PluginResource, public std::enable_shared_from_this<Stream
   Stream(std::shared_ptr<Plugin> plugin, int32_t device, int32_t priority)
       : plugin_(std::move(plugin)), device_(device), priority_(priority) {}
   [[noreturn]] void raise_destroyed() const;
-  void destroy_quietly();
+  // Never raises; another thread's GC must not race finalize, which passes during_finalize.
+  void destroy_quietly(bool during_finalize);
 
   std::shared_ptr<Plugin> plugin_;
   int32_t device_;
@@ -67,8 +68,8 @@ class Event : public PluginResource, public std::enable_shared_from_this<Event> 
   ~Event() override;
 
   oar_event handle() const {
-    if (handle_ == nullptr) raise_destroyed();
     plugin_->ensure_usable();
+    if (handle_ == nullptr) raise_destroyed();
     return handle_;
   }
   const std::shared_ptr<Plugin>& plugin_ptr() const { return plugin_; }
@@ -87,7 +88,8 @@ class Event : public PluginResource, public std::enable_shared_from_this<Event> 
   Event(std::shared_ptr<Plugin> plugin, int32_t device, uint32_t flags)
       : plugin_(std::move(plugin)), device_(device), flags_(flags) {}
   [[noreturn]] void raise_destroyed() const;
-  void destroy_quietly();
+  // Never raises; another thread's GC must not race finalize, which passes during_finalize.
+  void destroy_quietly(bool during_finalize);
 
   std::shared_ptr<Plugin> plugin_;
   int32_t device_;
