@@ -62,6 +62,7 @@ constexpr size_t kLogSlots = 32;
 struct LogSlot {
   std::mutex mutex;
   std::string label;
+  std::string last_problem;  // last WARNING/ERROR message
   bool taken = false;
 };
 
@@ -89,11 +90,12 @@ int python_log_level(int32_t level) {
 
 void forward_log(LogSlot& slot, int32_t level, const char* message) {
   std::string label;
+  std::string text = copy_plugin_text(message);
   {
     std::lock_guard<std::mutex> lock(slot.mutex);
     label = slot.label;
+    if (level >= OAR_LOG_WARNING) slot.last_problem = text;
   }
-  std::string text = copy_plugin_text(message);
   PythonEntry entry;
   if (!entry.entered()) {
     // Python is gone: keep warnings and errors visible, drop the chatter.
@@ -135,6 +137,7 @@ LogSink acquire_log_sink(const std::string& label) {
       g_log_slots[i].taken = true;
       std::lock_guard<std::mutex> slot_lock(g_log_slots[i].mutex);
       g_log_slots[i].label = label;
+      g_log_slots[i].last_problem.clear();
       return kLogSinks[i];
     }
   }
@@ -152,6 +155,16 @@ void relabel_log_sink(LogSink sink, const std::string& label) {
       return;
     }
   }
+}
+
+std::string last_logged_problem(LogSink sink) {
+  for (size_t i = 0; i < kLogSlots; ++i) {
+    if (kLogSinks[i] == sink) {
+      std::lock_guard<std::mutex> lock(g_log_slots[i].mutex);
+      return g_log_slots[i].last_problem;
+    }
+  }
+  return std::string();
 }
 
 void release_log_sink(LogSink sink) {

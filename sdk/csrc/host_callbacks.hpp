@@ -19,6 +19,9 @@ using LogSink = void (*)(int32_t level, const char* message);
 // plugin gets its own trampoline, labelled with the plugin's name in messages.
 LogSink acquire_log_sink(const std::string& label);
 void relabel_log_sink(LogSink sink, const std::string& label);
+// The last warning or error the plugin logged through this sink ("" if none): the only
+// explanation there is when oar_plugin_init fails, as no table exists to ask.
+std::string last_logged_problem(LogSink sink);
 // The plugin will not log again (finalized, or never initialized): its slot may serve another.
 void release_log_sink(LogSink sink);
 

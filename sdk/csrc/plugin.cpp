@@ -112,6 +112,8 @@ std::shared_ptr<Plugin> Plugin::from_init_function(oar_plugin_init_fn plugin_ini
       reason += " (the plugin cannot serve this Oar's ABI " +
                 version_text(OAR_ABI_VERSION_MAJOR, OAR_ABI_VERSION_MINOR) + ")";
     }
+    std::string logged = last_logged_problem(plugin->log_sink_);
+    if (!logged.empty()) reason += "; it logged: " + logged;
     plugin->fail(reason);
   }
   plugin->check_table(params);
