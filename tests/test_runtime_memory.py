@@ -61,6 +61,19 @@ def test_device_to_device_and_async_copies(dev):
     assert np.array_equal(out, host)
 
 
+def test_async_fill(dev, plugin):
+    if not plugin.provides("mem_set_async"):
+        pytest.skip("plugin has no mem_set_async")
+    stream = oar.Stream(dev)
+    buffer = oar.DeviceBuffer(32, dev)
+    buffer.fill_async(3, stream)
+    buffer.fill_async(5, stream, nbytes=8, offset=24)
+    out = np.zeros(32, np.uint8)
+    buffer.to_numpy_async(out, stream)
+    stream.synchronize()
+    assert out.tolist() == [3] * 24 + [5] * 8
+
+
 def test_async_copy_keeps_a_temporary_host_buffer_alive(dev):
     stream = oar.Stream(dev)
     buffer = oar.DeviceBuffer(4 << 20, dev)

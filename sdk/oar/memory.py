@@ -114,6 +114,13 @@ class DeviceBuffer:
         self._wait_for_streams()
         self.plugin.mem_set(self.device.index, self.ptr + offset, byte, nbytes)
 
+    def fill_async(self, byte: int, stream: Stream | None = None, nbytes: int | None = None, offset: int = 0) -> None:
+        """Enqueue setting bytes to ``byte`` on a stream (default: current)."""
+        nbytes = self.nbytes - offset if nbytes is None else nbytes
+        self._check(nbytes, offset)
+        stream = self._use(stream)
+        self.plugin.mem_set_async(stream._c, self.ptr + offset, byte, nbytes)
+
     def _host_array(self, dtype: Any, shape: Sequence[int] | int | None, offset: int) -> np.ndarray:
         dtype = np.dtype(dtype)
         if shape is None:

@@ -22,8 +22,6 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from oar import _C
@@ -41,17 +39,24 @@ DUPLICATE = "duplicate"
 UNLOADED = "unloaded"
 
 
-@dataclass
 class PluginRecord:
-    """One plugin the runtime tried: where it came from and what happened."""
+    """One plugin the runtime tried: where it came from and what happened.
+    (A plain class: dataclasses would cost more import time than the rest of oar.)"""
 
-    path: str
-    origin: str  # "OAR_PLUGIN_PATH", "entry point refcpu (oar 0.1.0)", "oar.load_plugin()"
-    status: str  # LOADED, FAILED, DUPLICATE or UNLOADED
-    error: str | None = None
-    plugin: Any = None  # oar._C.Plugin when loaded
-    device_type: str | None = None
-    warnings: list[str] = field(default_factory=list)
+    __slots__ = ("path", "origin", "status", "error", "plugin", "device_type", "warnings")
+
+    def __init__(self, path: str, origin: str, status: str, error: str | None = None, plugin: Any = None,
+                 device_type: str | None = None, warnings: list[str] | None = None):
+        self.path = path
+        self.origin = origin  # "OAR_PLUGIN_PATH", "entry point refcpu (oar 0.1.0)", "oar.load_plugin()"
+        self.status = status  # LOADED, FAILED, DUPLICATE or UNLOADED
+        self.error = error
+        self.plugin = plugin  # oar._C.Plugin when loaded
+        self.device_type = device_type
+        self.warnings = list(warnings or [])
+
+    def __repr__(self) -> str:
+        return f"PluginRecord({self.path!r}, {self.origin!r}, {self.status!r}, error={self.error!r})"
 
 
 _lock = threading.RLock()
@@ -122,7 +127,7 @@ def _env_paths() -> list[str]:
         if not entry:
             continue
         if os.path.isdir(entry):
-            paths.extend(str(p) for p in sorted(Path(entry).glob("*.so")))
+            paths.extend(os.path.join(entry, name) for name in sorted(os.listdir(entry)) if name.endswith(".so"))
         else:
             paths.append(entry)
     return paths
