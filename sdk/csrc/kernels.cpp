@@ -130,6 +130,8 @@ std::shared_ptr<Kernel> kernel_query(const std::shared_ptr<Plugin>& plugin, int3
   if (!kernel) {
     kernel = std::make_shared<Kernel>();
     kernel->plugin = plugin;
+    kernel->plugin_address = plugin.get();
+    kernel->device_name = plugin->device_type() + ":" + std::to_string(device);
     kernel->device = device;
     kernel->op = op;
     kernel->dtypes = dtypes;
@@ -160,10 +162,10 @@ std::shared_ptr<Kernel> kernel_query(const std::shared_ptr<Plugin>& plugin, int3
 
 void kernel_launch(Stream& stream, const Kernel& kernel, py::handle inputs, py::handle outputs, py::handle attrs) {
   Plugin& plugin = stream.plugin();
-  if (kernel.plugin.get() != &plugin || kernel.device != stream.device()) {
-    throw py::value_error("kernel " + signature(kernel) + " of " + kernel.plugin->device_type() + ":" +
-                          std::to_string(kernel.device) + " cannot run on a stream of " + plugin.device_type() +
-                          ":" + std::to_string(stream.device()));
+  // The address alone could be reused by a later plugin: the weak pointer says whether it is the same one.
+  if (kernel.plugin_address != &plugin || kernel.device != stream.device() || kernel.plugin.expired()) {
+    throw py::value_error("kernel " + signature(kernel) + " of " + kernel.device_name + " cannot run on a stream of " +
+                          plugin.device_type() + ":" + std::to_string(stream.device()));
   }
   oar_stream handle = stream.handle();
   TensorArray in(inputs, stream.device(), "inputs");
@@ -367,19 +369,17 @@ void register_kernels(py::module_& module, PluginClass& plugin_class) {
   py::class_<Kernel, std::shared_ptr<Kernel>>(module, "Kernel", "A plugin library kernel for (device, op, dtypes).")
       .def_readonly("op", &Kernel::op)
       .def_readonly("device", &Kernel::device)
-      .def_readonly("plugin", &Kernel::plugin)
+      .def_property_readonly("plugin", [](const Kernel& self) { return self.plugin.lock(); },
+                             "The plugin (None once it is gone).")
       .def_property_readonly("dtypes", [](const Kernel& self) {
         std::vector<std::string> names;
         for (const auto& dtype : self.dtypes) names.push_back(dtype_name(dtype));
         return names;
       })
       .def_property_readonly("handle", [](const Kernel& self) { return reinterpret_cast<uintptr_t>(self.handle); })
-      .def_property_readonly("device_name", [](const Kernel& self) {
-        return self.plugin->device_type() + ":" + std::to_string(self.device);
-      }, "'npu:0': the device the kernel runs on.")
+      .def_readonly("device_name", &Kernel::device_name, "'npu:0': the device the kernel runs on.")
       .def("__repr__", [](const Kernel& self) {
-        return "<oar._C.Kernel " + signature(self) + " on " + self.plugin->device_type() + ":" +
-               std::to_string(self.device) + ">";
+        return "<oar._C.Kernel " + signature(self) + " on " + self.device_name + ">";
       });
 
   plugin_class

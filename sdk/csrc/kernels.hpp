@@ -70,8 +70,11 @@ class Attrs {
 };
 
 // A plugin kernel for (device, op, dtypes), or the plugin's "no such kernel" answer.
+// The plugin's cache owns kernels, so a kernel must not own its plugin (a cycle).
 struct Kernel {
-  std::shared_ptr<Plugin> plugin;
+  std::weak_ptr<Plugin> plugin;
+  const Plugin* plugin_address = nullptr;  // identity check on launch; valid while a stream holds the plugin
+  std::string device_name;                 // "npu:0"
   int32_t device = 0;
   std::string op;
   std::vector<oar_dl_data_type> dtypes;
