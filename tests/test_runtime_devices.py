@@ -90,12 +90,22 @@ def test_bad_index(kind):
         plugin.mem_alloc(2, 16)
 
 
+def test_status_names_match_the_header():
+    from oar.errors import STATUS_NAMES
+
+    header_statuses = {getattr(abi.C, name): name for name in dir(abi.C) if name.startswith("OAR_ERROR_")}
+    header_statuses[abi.C.OAR_SUCCESS] = "OAR_SUCCESS"
+    assert STATUS_NAMES == header_statuses
+    assert {code: _C.status_name(code) for code in header_statuses} == header_statuses
+    assert _C.status_name(77) == "OAR_STATUS_77"
+
+
 def test_properties(kind):
     props = oar.get_device_properties(f"{kind}:0")
     assert set(props) == {
         "name", "vendor", "driver_version", "total_memory", "compute_units", "clock_mhz", "max_grid",
         "max_block", "max_threads_per_block", "simd_width", "memory_alignment", "stream_priority_lowest",
-        "stream_priority_highest",
+        "stream_priority_highest", "max_shared_memory_bytes",
     }
     assert props["total_memory"] > 0
     assert len(props["max_grid"]) == 3

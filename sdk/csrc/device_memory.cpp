@@ -30,6 +30,7 @@ py::dict properties_dict(const oar_device_properties& props) {
   result["memory_alignment"] = props.memory_alignment;
   result["stream_priority_lowest"] = props.stream_priority_lowest;
   result["stream_priority_highest"] = props.stream_priority_highest;
+  result["max_shared_memory_bytes"] = props.max_shared_memory_bytes;
   return result;
 }
 

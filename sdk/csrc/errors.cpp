@@ -42,6 +42,7 @@ std::string status_name(oar_status status) {
     case OAR_ERROR_TIMEOUT: return "OAR_ERROR_TIMEOUT";
     case OAR_ERROR_DEVICE_LOST: return "OAR_ERROR_DEVICE_LOST";
     case OAR_ERROR_INTERNAL: return "OAR_ERROR_INTERNAL";
+    case OAR_ERROR_NOT_INITIALIZED: return "OAR_ERROR_NOT_INITIALIZED";
     default: return "OAR_STATUS_" + std::to_string(status);
   }
 }

@@ -481,6 +481,7 @@ PluginClass register_plugin(py::module_& module) {
     return entries;
   }, "(name, required) of every entry point of oar_device_table, in ABI order.");
   module.def("loaded_plugins", &loaded_plugins);
+  module.def("status_name", &status_name, py::arg("status"), "OAR_ERROR_... name of a status code.");
   module.def("_shutdown", &shutdown_plugins, "Finalize every plugin; called at interpreter exit.");
   module.attr("HOST_ABI_VERSION") = py::make_tuple(OAR_ABI_VERSION_MAJOR, OAR_ABI_VERSION_MINOR);
   module.attr("MINIMUM_TABLE_SIZE") = kMinimumTableSize;
