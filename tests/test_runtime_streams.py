@@ -202,3 +202,36 @@ def test_handles_of_another_device_are_refused(dev):
     buffer = oar.DeviceBuffer(16, dev)
     with pytest.raises(ValueError):
         buffer.copy_from_host_async(np.zeros(4, np.float32), oar.Stream(other))
+
+
+def test_failed_work_surfaces_once_at_synchronize(tmp_path):
+    """Work that fails on the device raises at the next synchronize, naming it, then the stream goes on."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, oar
+        dev = "refcpu:0"
+        stream = oar.Stream(dev)
+        out = oar.DeviceBuffer(64, dev)
+        fault = oar.kernel_query("_refcpu_fault", ["float32"], dev)
+        oar.kernel_launch(fault, [], [out.desc([16])], stream=stream)
+        host = np.zeros(16, np.float32)
+        out.to_numpy_async(host, stream)  # later work still runs
+        try:
+            stream.synchronize()
+        except oar.DeviceError as error:
+            print("raised", error.call, error.status_name, "|", error.plugin_message)
+        stream.synchronize()
+        print("second synchronize ok")
+    """)
+    env = dict(os.environ, OAR_REFCPU_FAULT_INJECTION="1", OAR_REFCPU_DEVICE_TYPE="refcpu")
+    env.pop("OAR_PLUGIN_PATH", None)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("raised stream_synchronize OAR_ERROR_INTERNAL |")
+    assert "_refcpu_fault" in lines[0]  # the message names the failed work
+    assert lines[1] == "second synchronize ok"

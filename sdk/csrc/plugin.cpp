@@ -324,11 +324,14 @@ std::vector<std::string> Plugin::missing_optional_entries() const {
 void Plugin::device_synchronize(int32_t device) {
   ensure_usable();
   check_device(device);
-  call("device_synchronize", table_.device_synchronize, device);
-  auto streams = resources_[static_cast<int>(ResourceRank::kStream)];
-  for (auto& [id, weak] : streams) {
-    if (auto resource = weak.lock()) resource->device_synchronized(device);
+  oar_status status = call_status("device_synchronize", table_.device_synchronize, device);
+  if (status != OAR_ERROR_INVALID_ARGUMENT) {  // a sticky error of failed work still ended the wait
+    auto streams = resources_[static_cast<int>(ResourceRank::kStream)];
+    for (auto& [id, weak] : streams) {
+      if (auto resource = weak.lock()) resource->device_synchronized(device);
+    }
   }
+  if (status != OAR_SUCCESS) raise_status("device_synchronize", status);
 }
 
 uint64_t Plugin::register_resource(ResourceRank rank, std::weak_ptr<PluginResource> resource) {

@@ -35,8 +35,10 @@ void Stream::raise_destroyed() const {
 }
 
 void Stream::synchronize() {
-  plugin_->call("stream_synchronize", plugin_->table().stream_synchronize, handle());
-  work_completed();
+  oar_status status = plugin_->call_status("stream_synchronize", plugin_->table().stream_synchronize, handle());
+  // A failed piece of work (a sticky error) still ended the wait: the held host buffers are free.
+  if (status != OAR_ERROR_INVALID_HANDLE) work_completed();
+  if (status != OAR_SUCCESS) plugin_->raise_status("stream_synchronize", status);
 }
 
 bool Stream::query() {
