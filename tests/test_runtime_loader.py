@@ -243,7 +243,8 @@ def test_log_messages_reach_the_oar_plugin_logger(caplog):
 
     def plugin_init(params):
         status = python_plugin._init(params)
-        sinks["log"] = params.log
+        log, log_user_data = params.log, params.log_user_data  # params lives only during this call
+        sinks["log"] = lambda level, message: log(log_user_data, level, message)
         return status
 
     init = ffi.callback("oar_plugin_init_fn", plugin_init, error=C.OAR_ERROR_INTERNAL)

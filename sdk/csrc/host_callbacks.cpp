@@ -1,12 +1,10 @@
 #include "host_callbacks.hpp"
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <thread>
-#include <utility>
 
 #include "errors.hpp"
 
@@ -55,19 +53,7 @@ class PythonEntry {
   PyGILState_STATE gil_{};
 };
 
-// ---- log sinks --------------------------------------------------------------
-
-constexpr size_t kLogSlots = 32;
-
-struct LogSlot {
-  std::mutex mutex;
-  std::string label;
-  std::string last_problem;  // last WARNING/ERROR message
-  bool taken = false;
-};
-
-std::array<LogSlot, kLogSlots> g_log_slots;
-std::mutex g_log_slots_mutex;
+// ---- log sink ----------------------------------------------------------------
 
 const char* level_word(int32_t level) {
   switch (level) {
@@ -88,13 +74,40 @@ int python_log_level(int32_t level) {
   }
 }
 
-void forward_log(LogSlot& slot, int32_t level, const char* message) {
+}  // namespace
+
+struct LogTarget {
+  std::mutex mutex;
+  std::string label;
+  std::string last_problem;  // last WARNING/ERROR message
+};
+
+LogTarget* new_log_target(const std::string& label) {
+  auto* target = new LogTarget;
+  target->label = label;
+  return target;
+}
+
+void relabel_log_target(LogTarget* target, const std::string& label) {
+  std::lock_guard<std::mutex> lock(target->mutex);
+  target->label = label;
+}
+
+std::string last_logged_problem(LogTarget* target) {
+  std::lock_guard<std::mutex> lock(target->mutex);
+  return target->last_problem;
+}
+
+void delete_log_target(LogTarget* target) { delete target; }
+
+void plugin_log_sink(void* user_data, int32_t level, const char* message) {
+  auto* target = static_cast<LogTarget*>(user_data);
   std::string label;
   std::string text = copy_plugin_text(message);
   {
-    std::lock_guard<std::mutex> lock(slot.mutex);
-    label = slot.label;
-    if (level >= OAR_LOG_WARNING) slot.last_problem = text;
+    std::lock_guard<std::mutex> lock(target->mutex);
+    label = target->label;
+    if (level >= OAR_LOG_WARNING) target->last_problem = text;
   }
   PythonEntry entry;
   if (!entry.entered()) {
@@ -113,64 +126,6 @@ void forward_log(LogSlot& slot, int32_t level, const char* message) {
     error.discard_as_unraisable("oar: forwarding a plugin log message");
   } catch (const std::exception&) {
     // a message that cannot be logged is dropped; the plugin thread must not unwind
-  }
-}
-
-template <size_t Slot>
-void log_trampoline(int32_t level, const char* message) {
-  forward_log(g_log_slots[Slot], level, message);
-}
-
-template <size_t... Slots>
-constexpr std::array<LogSink, kLogSlots> make_log_sinks(std::index_sequence<Slots...>) {
-  return {&log_trampoline<Slots>...};
-}
-
-constexpr std::array<LogSink, kLogSlots> kLogSinks = make_log_sinks(std::make_index_sequence<kLogSlots>{});
-
-}  // namespace
-
-LogSink acquire_log_sink(const std::string& label) {
-  std::lock_guard<std::mutex> lock(g_log_slots_mutex);
-  for (size_t i = 0; i < kLogSlots; ++i) {
-    if (!g_log_slots[i].taken) {
-      g_log_slots[i].taken = true;
-      std::lock_guard<std::mutex> slot_lock(g_log_slots[i].mutex);
-      g_log_slots[i].label = label;
-      g_log_slots[i].last_problem.clear();
-      return kLogSinks[i];
-    }
-  }
-  // More plugins than slots (never in practice): they share the last one.
-  std::lock_guard<std::mutex> slot_lock(g_log_slots[kLogSlots - 1].mutex);
-  g_log_slots[kLogSlots - 1].label = "plugin";
-  return kLogSinks[kLogSlots - 1];
-}
-
-void relabel_log_sink(LogSink sink, const std::string& label) {
-  for (size_t i = 0; i < kLogSlots; ++i) {
-    if (kLogSinks[i] == sink) {
-      std::lock_guard<std::mutex> lock(g_log_slots[i].mutex);
-      if (i != kLogSlots - 1 || g_log_slots[i].label != "plugin") g_log_slots[i].label = label;
-      return;
-    }
-  }
-}
-
-std::string last_logged_problem(LogSink sink) {
-  for (size_t i = 0; i < kLogSlots; ++i) {
-    if (kLogSinks[i] == sink) {
-      std::lock_guard<std::mutex> lock(g_log_slots[i].mutex);
-      return g_log_slots[i].last_problem;
-    }
-  }
-  return std::string();
-}
-
-void release_log_sink(LogSink sink) {
-  std::lock_guard<std::mutex> lock(g_log_slots_mutex);
-  for (size_t i = 0; i + 1 < kLogSlots; ++i) {  // the shared last slot stays taken
-    if (kLogSinks[i] == sink) g_log_slots[i].taken = false;
   }
 }
 

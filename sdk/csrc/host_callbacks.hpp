@@ -13,17 +13,17 @@ namespace oar {
 
 namespace py = pybind11;
 
-using LogSink = void (*)(int32_t level, const char* message);
-
-// A log sink for one plugin: oar_plugin_params.log has no user data, so each
-// plugin gets its own trampoline, labelled with the plugin's name in messages.
-LogSink acquire_log_sink(const std::string& label);
-void relabel_log_sink(LogSink sink, const std::string& label);
-// The last warning or error the plugin logged through this sink ("" if none): the only
-// explanation there is when oar_plugin_init fails, as no table exists to ask.
-std::string last_logged_problem(LogSink sink);
-// The plugin will not log again (finalized, or never initialized): its slot may serve another.
-void release_log_sink(LogSink sink);
+// Where one plugin's log messages go: oar_plugin_params.log_user_data points to it.
+struct LogTarget;
+LogTarget* new_log_target(const std::string& label);
+void relabel_log_target(LogTarget* target, const std::string& label);
+// The last warning or error the plugin logged ("" if none): the only explanation
+// there is when oar_plugin_init fails, as no table exists to ask.
+std::string last_logged_problem(LogTarget* target);
+// Only once the plugin will not log again (finalized, or never initialized).
+void delete_log_target(LogTarget* target);
+// oar_plugin_params.log: forwards to Python's "oar.plugin" logger.
+void plugin_log_sink(void* user_data, int32_t level, const char* message);
 
 // user_data for stream_add_callback: owns a reference to the Python callable
 // until the trampoline has called it once.

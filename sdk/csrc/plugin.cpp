@@ -102,8 +102,9 @@ std::shared_ptr<Plugin> Plugin::from_init_function(oar_plugin_init_fn plugin_ini
   params.host_abi_major = OAR_ABI_VERSION_MAJOR;
   params.host_abi_minor = OAR_ABI_VERSION_MINOR;
   std::string base = origin.substr(origin.find_last_of('/') == std::string::npos ? 0 : origin.find_last_of('/') + 1);
-  plugin->log_sink_ = acquire_log_sink(base);
-  params.log = plugin->log_sink_;
+  plugin->log_target_ = new_log_target(base);
+  params.log = plugin_log_sink;
+  params.log_user_data = plugin->log_target_;
 
   oar_status status = without_gil([&] { return plugin_init(&params); });
   if (status != OAR_SUCCESS) {
@@ -112,12 +113,12 @@ std::shared_ptr<Plugin> Plugin::from_init_function(oar_plugin_init_fn plugin_ini
       reason += " (the plugin cannot serve this Oar's ABI " +
                 version_text(OAR_ABI_VERSION_MAJOR, OAR_ABI_VERSION_MINOR) + ")";
     }
-    std::string logged = last_logged_problem(plugin->log_sink_);
+    std::string logged = last_logged_problem(plugin->log_target_);
     if (!logged.empty()) reason += "; it logged: " + logged;
     plugin->fail(reason);
   }
   plugin->check_table(params);
-  relabel_log_sink(plugin->log_sink_, plugin->device_type_);
+  relabel_log_target(plugin->log_target_, plugin->device_type_);
   plugin_list().push_back(plugin);
   return plugin;
 }
@@ -257,7 +258,8 @@ Plugin::~Plugin() {
       // a destructor must not throw; finalize already logged what it could
     }
   }
-  if (log_sink_ && (finalized_ || !initialized_)) release_log_sink(log_sink_);
+  // otherwise plugin threads may still log: the target outlives us (the library is never unloaded)
+  if (log_target_ && (finalized_ || !initialized_)) delete_log_target(log_target_);
   if (!Py_IsInitialized()) owner_.release();  // no Python left to release it to
 }
 
@@ -289,7 +291,7 @@ void Plugin::check_device(int64_t device) const {
 }
 
 void Plugin::log_problem(const std::string& message) const {
-  if (log_sink_) log_sink_(OAR_LOG_WARNING, ("host: " + message).c_str());
+  if (log_target_) plugin_log_sink(log_target_, OAR_LOG_WARNING, ("host: " + message).c_str());
 }
 
 bool Plugin::provides(const std::string& entry) const {

@@ -145,7 +145,7 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
   uint64_t capabilities_ = 0;
   size_t table_size_ = 0;   // the plugin's struct_size
   oar_device_table table_{};  // a copy; entries past table_size_ or in a broken group are NULL
-  LogSink log_sink_ = nullptr;
+  LogTarget* log_target_ = nullptr;
   std::vector<std::string> warnings_;
   bool initialized_ = false;
   bool closing_ = false;    // finalize has begun: no new calls

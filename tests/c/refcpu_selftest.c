@@ -223,9 +223,14 @@ static void sleep_callback(oar_stream stream, oar_status status, void* user_data
 
 static oar_plugin_init_fn plugin_init;
 
-static void log_sink(int32_t level, const char* message) {
+static int log_marker; /* its address is the log sink's user data */
+
+static void log_sink(void* user_data, int32_t level, const char* message) {
   (void)level;
-  (void)message; /* the plugin may log from any thread; nothing to do here */
+  if (user_data != &log_marker) {
+    fprintf(stderr, "log sink called with user data %p, not %p: %s\n", user_data, (void*)&log_marker, message);
+    abort();
+  }
 }
 
 static void test_plugin_init(void) {
@@ -267,6 +272,7 @@ static void test_plugin_init(void) {
   params.host_abi_major = OAR_ABI_VERSION_MAJOR;
   params.host_abi_minor = OAR_ABI_VERSION_MINOR + 7; /* a newer minor host is fine */
   params.log = log_sink;
+  params.log_user_data = &log_marker;
   EXPECT_OK(plugin_init(&params));
   CHECK(params.plugin_abi_major == OAR_ABI_VERSION_MAJOR);
   CHECK(params.table != NULL && params.table->struct_size == sizeof(oar_device_table));

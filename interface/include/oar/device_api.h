@@ -860,8 +860,11 @@ typedef struct oar_plugin_params {
   uint32_t host_abi_minor;
 
   /* Set by the host, may be NULL: a sink for the plugin's diagnostics,
-     callable from any thread at any time until finalize returns. */
-  void (*log)(int32_t level, const char* message);
+     callable from any thread at any time until finalize returns, with
+     log_user_data as its first argument. A plugin whose oar_plugin_init or
+     init fails should log why first: no table may exist to ask. */
+  void (*log)(void* log_user_data, int32_t level, const char* message);
+  void* log_user_data;
 
   /* Set by the plugin: the ABI version it was compiled against
      (OAR_ABI_VERSION_MAJOR / OAR_ABI_VERSION_MINOR). */

@@ -7,7 +7,8 @@
 #include <time.h>
 
 static _Thread_local char last_error[REFCPU_ERROR_BYTES];
-static void (*_Atomic log_sink)(int32_t level, const char* message);
+static void (*_Atomic log_sink)(void* user_data, int32_t level, const char* message);
+static void* _Atomic log_user_data;
 
 oar_status refcpu_fail(oar_status status, const char* format, ...) {
   va_list args;
@@ -23,19 +24,21 @@ void refcpu_set_message(const char* message) {
 
 const char* refcpu_get_last_error_message(void) { return last_error; }
 
-void refcpu_set_log_sink(void (*sink)(int32_t level, const char* message)) {
+void refcpu_set_log_sink(void (*sink)(void* user_data, int32_t level, const char* message),
+                         void* user_data) {
+  atomic_store(&log_user_data, user_data);
   atomic_store(&log_sink, sink);
 }
 
 void refcpu_log(int32_t level, const char* format, ...) {
-  void (*sink)(int32_t, const char*) = atomic_load(&log_sink);
+  void (*sink)(void*, int32_t, const char*) = atomic_load(&log_sink);
   if (!sink) return;
   char message[REFCPU_ERROR_BYTES];
   va_list args;
   va_start(args, format);
   vsnprintf(message, sizeof message, format, args);
   va_end(args);
-  sink(level, message);
+  sink(atomic_load(&log_user_data), level, message);
 }
 
 int64_t refcpu_now_ns(void) {

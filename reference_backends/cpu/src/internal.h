@@ -27,7 +27,8 @@ oar_status refcpu_fail(oar_status status, const char* format, ...)
     __attribute__((format(printf, 2, 3)));
 void refcpu_set_message(const char* message);
 const char* refcpu_get_last_error_message(void);
-void refcpu_set_log_sink(void (*sink)(int32_t level, const char* message));
+void refcpu_set_log_sink(void (*sink)(void* user_data, int32_t level, const char* message),
+                         void* user_data);
 void refcpu_log(int32_t level, const char* format, ...)
     __attribute__((format(printf, 2, 3)));
 int64_t refcpu_now_ns(void);

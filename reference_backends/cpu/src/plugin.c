@@ -207,7 +207,7 @@ OAR_PLUGIN_EXPORT oar_status oar_plugin_init(oar_plugin_params* params) {
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
                        "oar_plugin_init: params->struct_size %zu is smaller than the ABI 1.0 struct (%zu)",
                        params->struct_size, sizeof(oar_plugin_params));
-  refcpu_set_log_sink(params->log);
+  refcpu_set_log_sink(params->log, params->log_user_data);
   params->plugin_abi_major = OAR_ABI_VERSION_MAJOR;
   params->plugin_abi_minor = OAR_ABI_VERSION_MINOR;
   if (params->host_abi_major != OAR_ABI_VERSION_MAJOR) {
