@@ -1,7 +1,20 @@
-"""Settings every test shares. Kept minimal: fixtures live with their tests."""
+"""Settings and fixtures every test shares."""
 
 import os
+
+import pytest
 
 # The CPU reference plugin hands out device pointers in a PROT_NONE range, so any
 # host dereference of one faults. Set before any plugin is loaded (loading is lazy).
 os.environ["OAR_REFCPU_STRICT"] = "1"
+
+
+@pytest.fixture(scope="module")
+def dev() -> str:
+    """The first device of the bundled CPU reference plugin, e.g. "refcpu:0"."""
+    import oar
+
+    for record in oar.plugin_manager.plugin_records():
+        if record.status == "loaded" and record.path.endswith("liboar_refcpu.so"):
+            return f"{record.device_type}:0"
+    pytest.skip("the CPU reference plugin is not loaded")

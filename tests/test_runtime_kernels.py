@@ -9,14 +9,6 @@ import pytest
 import oar
 
 
-@pytest.fixture(scope="module")
-def dev() -> str:
-    for record in oar.plugin_manager.plugin_records():
-        if record.status == "loaded" and record.path.endswith("liboar_refcpu.so"):
-            return f"{record.device_type}:0"
-    pytest.skip("the CPU reference plugin is not loaded")
-
-
 def to_device(array: np.ndarray, dev: str) -> oar.DeviceBuffer:
     buffer = oar.DeviceBuffer(max(array.nbytes, 1), dev)
     buffer.copy_from_host(np.ascontiguousarray(array))

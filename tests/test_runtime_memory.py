@@ -12,14 +12,6 @@ import oar
 
 
 @pytest.fixture(scope="module")
-def dev() -> str:
-    for record in oar.plugin_manager.plugin_records():
-        if record.status == "loaded" and record.path.endswith("liboar_refcpu.so"):
-            return f"{record.device_type}:0"
-    pytest.skip("the CPU reference plugin is not loaded")
-
-
-@pytest.fixture(scope="module")
 def plugin(dev):
     return oar.plugin_manager.plugin_for(oar.device(dev).type)
 

@@ -27,16 +27,14 @@ void axpy(const oar_refcpu_work_item* item, void* const* args) {
 
 
 @pytest.fixture(scope="module")
-def dev() -> str:
-    for record in oar.plugin_manager.plugin_records():
-        if record.status == "loaded" and record.path.endswith("liboar_refcpu.so"):
-            plugin = record.plugin
-            if not plugin.provides("module_compile"):
-                pytest.skip("the plugin has no module_compile")
-            if shutil.which("cc") is None:
-                pytest.skip("no C compiler for the plugin's module_compile")
-            return f"{record.device_type}:0"
-    pytest.skip("the CPU reference plugin is not loaded")
+def dev(dev: str) -> str:
+    """conftest's device, when its plugin can compile modules here."""
+    plugin, _ = oar.devices.resolve(dev)
+    if not plugin.provides("module_compile"):
+        pytest.skip("the plugin has no module_compile")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler for the plugin's module_compile")
+    return dev
 
 
 @pytest.fixture(scope="module")
