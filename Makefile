@@ -37,16 +37,19 @@ demo: install
 selftest: $(VENV)/.deps
 	cmake -S reference_backends/cpu -B $(SELFTEST_DIR) -DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build $(SELFTEST_DIR) -j2 >/dev/null
-	$(SELFTEST_DIR)/refcpu_selftest $(SELFTEST_DIR)/liboar_refcpu.so
-	OAR_REFCPU_STRICT=1 $(SELFTEST_DIR)/refcpu_selftest $(SELFTEST_DIR)/liboar_refcpu.so
+	set -e; for test in $(SELFTEST_DIR)/refcpu_*selftest; do \
+	  $$test $(SELFTEST_DIR)/liboar_refcpu.so; \
+	  OAR_REFCPU_STRICT=1 $$test $(SELFTEST_DIR)/liboar_refcpu.so; \
+	done
 
 selftest-asan: $(VENV)/.deps
 	cmake -S reference_backends/cpu -B $(ASAN_DIR) -DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Debug -DOAR_REFCPU_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_DIR) -j2 >/dev/null
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  $(ASAN_DIR)/refcpu_selftest $(ASAN_DIR)/liboar_refcpu.so
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OAR_REFCPU_STRICT=1 \
-	  $(ASAN_DIR)/refcpu_selftest $(ASAN_DIR)/liboar_refcpu.so
+	set -e; export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1; \
+	for test in $(ASAN_DIR)/refcpu_*selftest; do \
+	  $$test $(ASAN_DIR)/liboar_refcpu.so; \
+	  OAR_REFCPU_STRICT=1 $$test $(ASAN_DIR)/liboar_refcpu.so; \
+	done
 
 pytest: install
 	$(PY) -m pytest -q
