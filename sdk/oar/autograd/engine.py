@@ -1,0 +1,516 @@
+"""The reverse-mode engine: graph nodes recorded by the runtime after each op,
+and backward over them in reverse topological order.
+
+The derivative of every op comes from its ``backward`` entry in ops.yaml
+(compiled by :mod:`oar.autograd.formulas`) and is evaluated with the runtime's
+own op functions, so gradients are computed on the device by the same kernels
+as the forward pass. There is no second list of derivatives here.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import threading
+from typing import Any, Iterable, Sequence
+
+from oar.autograd import _runtime as rt
+from oar.autograd import helpers
+from oar.autograd.formulas import BUILTIN_NAMES, FN_PREFIX, CompiledBackward, compiled_backward
+from oar.autograd.grad_mode import _set_enabled, is_grad_enabled
+from oar.autograd.helpers import TensorMeta
+from oar.autograd.schema import OpSpec, ops_schema
+
+__all__ = ["Node", "record", "run_backward", "backward", "grad", "retain_grad"]
+
+_sequence = itertools.count()
+
+
+class Node:
+    """The backward of one recorded op: a tensor's ``grad_fn``.
+
+    ``name()`` is the op (``"mul_backward"``); ``next_functions`` lists the
+    (node, output index) pairs gradients flow to, ``None`` for an input that
+    needs none and the leaf tensor itself for a leaf.
+    """
+
+    __slots__ = ("op", "spec", "backward_fn", "attrs", "saved", "edges", "output_meta",
+                 "_output_ids", "_seq", "_freed", "_retained", "__weakref__")
+
+    def __init__(self, spec: OpSpec, backward_fn: CompiledBackward, attrs: dict, saved: dict,
+                 edges: list, output_meta: list[TensorMeta], output_ids: dict[int, int]):
+        self.op = spec.name
+        self.spec = spec
+        self.backward_fn = backward_fn
+        self.attrs = attrs
+        self.saved = saved                  # name -> tensor / TensorMeta / list / None
+        self.edges = edges                  # [(input name, index in a list input or None, target)]
+        self.output_meta = output_meta
+        self._output_ids = output_ids       # id(output tensor) -> output index
+        self._seq = next(_sequence)
+        self._freed = False
+        self._retained = None               # output index -> tensor whose .grad to set (retain_grad)
+
+    def name(self) -> str:
+        return f"{self.op}_backward"
+
+    @property
+    def next_functions(self) -> tuple:
+        result = []
+        for _, _, target in self.edges:
+            if target is None:
+                result.append((None, 0))
+            elif target[0] == "node":
+                result.append((target[1], target[2]))
+            else:
+                result.append((target[1], 0))
+        return tuple(result)
+
+    def output_index(self, tensor) -> int:
+        return self._output_ids.get(id(tensor), 0)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()}>"
+
+
+# ---- the namespace backward formulas are evaluated in ----------------------------------------
+
+_env_lock = threading.Lock()
+_base_env: dict | None = None
+
+
+def _lift_scalars(args: list, ref) -> list:
+    """Python numbers among an op's tensor inputs become 0-d tensors of ref's dtype and device."""
+    for i, value in enumerate(args):
+        if isinstance(value, (bool, int, float)) and ref is not None:
+            args[i] = rt.full([], value, ref.dtype, ref.device)
+    return args
+
+
+def _op_caller(spec: OpSpec, fn):
+    """Calls op ``fn`` the way ops.yaml's formulas write calls: tensor inputs first
+    (an absent optional one as None), then attrs positionally in declaration
+    order or by keyword; Python numbers as inputs are lifted to tensors."""
+    n_inputs = len(spec.inputs)
+    attr_names = spec.attr_names
+    optional = [p.optional for p in spec.inputs]
+    name = spec.name
+
+    def call(*args, **kwargs):
+        if fn is None:
+            raise RuntimeError(f"the runtime has no op function {name!r}, which a backward formula calls")
+        inputs = list(args[:n_inputs])
+        for attr_name, value in zip(attr_names, args[n_inputs:]):
+            if attr_name in kwargs:
+                raise TypeError(f"{name}() got attr {attr_name!r} twice")
+            kwargs[attr_name] = value
+        if len(args) > n_inputs + len(attr_names):
+            raise TypeError(f"{name}() takes {n_inputs} inputs and {len(attr_names)} attrs, got {len(args)} arguments")
+        while inputs and inputs[-1] is None and optional[len(inputs) - 1]:
+            inputs.pop()
+        ref = None
+        for value in inputs:
+            if rt.is_tensor(value):
+                if rt.is_floating(value.dtype):
+                    ref = value
+                    break
+                ref = ref or value
+        if ref is not None and any(isinstance(v, (bool, int, float)) for v in inputs):
+            inputs = _lift_scalars(inputs, ref)
+        return fn(*inputs, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+def _env() -> dict:
+    global _base_env
+    if _base_env is None:
+        with _env_lock:
+            if _base_env is None:
+                import builtins
+                env: dict[str, Any] = {"__builtins__": {}}
+                for name, spec in ops_schema().items():
+                    env[FN_PREFIX + name] = _op_caller(spec, rt.op_function(name))
+                for name, fn in helpers.HELPERS.items():
+                    env[FN_PREFIX + name] = fn
+                for name in BUILTIN_NAMES:
+                    if hasattr(builtins, name):
+                        env[FN_PREFIX + name] = getattr(builtins, name)
+                _base_env = env
+    return _base_env
+
+
+# ---- recording ------------------------------------------------------------------------------
+
+def _bind(ports, values) -> dict[str, Any]:
+    """Port name -> value; a list port takes what the others leave (as a list)."""
+    values = list(values)
+    variadic = [i for i, p in enumerate(ports) if p.variadic]
+    if variadic:
+        i = variadic[0]
+        if len(ports) == 1 and len(values) == 1 and isinstance(values[0], (list, tuple)):
+            values = list(values[0])
+        n_after = len(ports) - i - 1
+        stop = len(values) - n_after
+        values = values[:i] + [list(values[i:stop])] + values[stop:]
+    bound = {}
+    for i, port in enumerate(ports):
+        bound[port.name] = values[i] if i < len(values) else ([] if port.variadic else None)
+    return bound
+
+
+def _edge(value):
+    if not rt.is_tensor(value) or not value.requires_grad:
+        return None
+    fn = value.grad_fn
+    if fn is not None:
+        return ("node", fn, fn.output_index(value))
+    return ("leaf", value)
+
+
+def _save(value, data: bool):
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_save(v, data) for v in value]
+    if not rt.is_tensor(value):
+        return value  # a Python number passed as an input
+    return value.detach() if data else TensorMeta.of(value)
+
+
+def record(op: str, inputs: Sequence[Any], attrs: dict | None, outputs: Sequence[Any]) -> None:
+    """Called by the runtime after an op when grad mode is on and an input requires
+    grad: adds the op's node to the graph and marks its outputs."""
+    outputs = tuple(outputs)
+    input_ids = {id(v) for v in _flatten(inputs)}
+    if any(id(o) in input_ids for o in outputs) or op == "setitem":
+        raise RuntimeError(
+            f"in-place op {op!r} on a tensor that requires grad (or with an input that does): autograd "
+            f"cannot differentiate through it. Use the out-of-place op, or run it under oar.no_grad()")
+    backward_fn = compiled_backward(op)
+    if backward_fn is None:
+        return  # not differentiable: the outputs keep requires_grad False
+    spec = ops_schema()[op]
+    bound = _bind(spec.inputs, inputs)
+    edges = []
+    needed = []
+    for port in spec.inputs:
+        value = bound[port.name]
+        formula = backward_fn.formulas.get(port.name)
+        if port.variadic:
+            for j, item in enumerate(value or []):
+                target = _edge(item) if formula is not None else None
+                edges.append((port.name, j, target))
+                if target is not None and formula not in needed:
+                    needed.append(formula)
+        else:
+            target = _edge(value) if formula is not None else None
+            edges.append((port.name, None, target))
+            if target is not None:
+                needed.append(formula)
+    if not needed:
+        return
+    float_outputs = [o for o in outputs if rt.is_tensor(o) and rt.is_floating(o.dtype)]
+    if not float_outputs:
+        return
+    reads = set().union(*(f.names for f in needed))
+    data_reads = set().union(*(f.data_names for f in needed))
+    saved = {}
+    for port in spec.inputs:
+        if port.name in reads:
+            saved[port.name] = _save(bound[port.name], port.name in data_reads)
+    output_ports = _bind(spec.outputs, outputs)
+    for port in spec.outputs:
+        if port.name in reads:
+            saved[port.name] = _save(output_ports[port.name], port.name in data_reads)
+    full_attrs = dict(spec.attr_defaults)
+    if attrs:
+        full_attrs.update(attrs)
+    node = Node(spec, backward_fn, full_attrs, saved, edges,
+                [TensorMeta.of(o) if rt.is_tensor(o) else None for o in outputs],
+                {id(o): i for i, o in enumerate(outputs)})
+    for o in float_outputs:
+        _mark(o, node)
+
+
+def _mark(tensor, node: Node) -> None:
+    setter = getattr(tensor, "_set_grad_fn", None)
+    if setter is not None:
+        setter(node)
+        return
+    tensor.grad_fn = node
+    tensor.requires_grad = True
+
+
+def _flatten(values) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            out.extend(v)
+        else:
+            out.append(v)
+    return out
+
+
+def retain_grad(tensor) -> None:
+    """Keep ``.grad`` of a non-leaf tensor after backward (leaves always keep theirs)."""
+    if not tensor.requires_grad:
+        raise RuntimeError("retain_grad() on a tensor that does not require grad")
+    node = tensor.grad_fn
+    if node is None:
+        return
+    if node._retained is None:
+        node._retained = {}
+    node._retained[node.output_index(tensor)] = tensor
+
+
+# ---- backward ---------------------------------------------------------------------------------
+
+_FREED = ("Trying to backward through the graph a second time: the graph of {what} was freed by the "
+          "first backward (saved tensors are released after backward). Pass retain_graph=True to the "
+          "first backward (tensor.backward(retain_graph=True)) if you need to call it again.")
+
+
+def _accumulate(buffer: dict, key, g):
+    previous = buffer.get(key)
+    buffer[key] = g if previous is None else _add(previous, g)
+
+
+def _add(a, b):
+    return rt.op_function("add")(a, b)
+
+
+def _fit(g, meta: TensorMeta | None):
+    """A formula's gradient made to match its input: summed over broadcast dims, cast to its dtype."""
+    if meta is None or not rt.is_tensor(g):
+        return g
+    if tuple(g.shape) != meta.shape:
+        g = helpers.sum_to_shape(g, meta.shape)
+    if rt.is_floating(meta.dtype) and rt.dtype_name(g.dtype) != rt.dtype_name(meta.dtype):
+        g = rt.op_function("cast")(g, dtype=meta.dtype)
+    return g
+
+
+def _input_meta(target) -> TensorMeta | None:
+    if target is None:
+        return None
+    if target[0] == "leaf":
+        return TensorMeta.of(target[1])
+    return target[1].output_meta[target[2]]
+
+
+def _evaluate(node: Node, grads: list) -> dict:
+    """Runs the formulas of the inputs that need a gradient; returns name -> gradient (list for a list input)."""
+    if node._freed:
+        raise RuntimeError(_FREED.format(what=f"op {node.op!r}"))
+    spec = node.spec
+    env = dict(_env())
+    env.update(node.attrs)
+    env.update(node.saved)
+    # outputs without a gradient (a list output only partly used) get zeros
+    filled = []
+    for g, meta in zip(grads, node.output_meta):
+        filled.append(g if g is not None or meta is None else helpers.zeros_like(meta))
+    env["grads"] = filled
+    env["grad"] = filled[0] if filled else None
+    wanted = {}
+    for name, index, target in node.edges:
+        if target is not None:
+            wanted.setdefault(name, True)
+    results = {}
+    for name in wanted:
+        formula = node.backward_fn.formulas[name]
+        try:
+            results[name] = eval(formula.code, env)
+        except Exception as e:  # noqa: BLE001 - re-raised with the formula named
+            if hasattr(e, "add_note"):
+                e.add_note(f"in the backward of op {node.op!r} for input {name!r}: {formula.source}"
+                           f" (interface/ops.yaml)")
+            raise
+    return results
+
+
+def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
+                 capture: Sequence[Any] | None = None, allow_unused: bool = False):
+    """Backward from (tensor, gradient) pairs. Without ``capture`` the gradients of
+    leaves accumulate into their ``.grad``; with it, the gradients of the
+    ``capture`` tensors are returned instead and no ``.grad`` changes."""
+    node_buffers: dict[tuple[int, int], Any] = {}
+    leaf_buffers: dict[int, tuple[Any, Any]] = {}
+    nodes: dict[int, Node] = {}
+    start = []
+    for tensor, g in roots:
+        fn = tensor.grad_fn
+        if fn is None:
+            _accumulate_leaf(leaf_buffers, tensor, g)
+            continue
+        if fn._freed and not retain_graph:
+            raise RuntimeError(_FREED.format(what=f"op {fn.op!r}"))
+        key = (id(fn), fn.output_index(tensor))
+        _accumulate(node_buffers, key, g)
+        nodes[id(fn)] = fn
+        start.append(fn)
+
+    capture_nodes: dict[tuple[int, int], int] = {}
+    capture_leaves: dict[int, int] = {}
+    if capture is not None:
+        for i, t in enumerate(capture):
+            if not rt.is_tensor(t) or not t.requires_grad:
+                raise RuntimeError(f"input {i} of autograd.grad does not require grad")
+            if t.grad_fn is None:
+                capture_leaves[id(t)] = i
+            else:
+                capture_nodes[(id(t.grad_fn), t.grad_fn.output_index(t))] = i
+    captured: list[Any] = [None] * (len(capture) if capture is not None else 0)
+
+    # dependencies: how many reachable consumers send a gradient to each node
+    dependencies: dict[int, int] = {}
+    stack = list({id(n): n for n in start}.values())
+    seen = {id(n) for n in stack}
+    while stack:
+        n = stack.pop()
+        if n._freed:
+            raise RuntimeError(_FREED.format(what=f"op {n.op!r}"))
+        for _, _, target in n.edges:
+            if target is not None and target[0] == "node":
+                child = target[1]
+                dependencies[id(child)] = dependencies.get(id(child), 0) + 1
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    nodes[id(child)] = child
+                    stack.append(child)
+
+    ready = [(-n._seq, id(n)) for n in {id(n): n for n in start}.values() if dependencies.get(id(n), 0) == 0]
+    heapq.heapify(ready)
+    previous_mode = is_grad_enabled()
+    _set_enabled(False)
+    try:
+        while ready:
+            _, node_id = heapq.heappop(ready)
+            node = nodes[node_id]
+            grads = [node_buffers.pop((node_id, i), None) for i in range(len(node.output_meta))]
+            if node._retained:
+                for i, t in node._retained.items():
+                    if grads[i] is not None:
+                        t.grad = grads[i]
+            for i, g in enumerate(grads):
+                slot = capture_nodes.get((node_id, i))
+                if slot is not None:
+                    captured[slot] = g
+            results = _evaluate(node, grads) if any(g is not None for g in grads) else {}
+            for name, index, target in node.edges:
+                if target is None:
+                    continue
+                g = results.get(name)
+                if index is not None and g is not None:
+                    g = g[index]
+                if g is not None:
+                    g = _fit(g, _input_meta(target))
+                if target[0] == "node":
+                    child = target[1]
+                    if g is not None:
+                        _accumulate(node_buffers, (id(child), target[2]), g)
+                    dependencies[id(child)] -= 1
+                    if dependencies[id(child)] == 0:
+                        heapq.heappush(ready, (-child._seq, id(child)))
+                elif g is not None:
+                    _accumulate_leaf(leaf_buffers, target[1], g)
+            if not retain_graph:
+                node.saved = {}
+                node._freed = True
+        if capture is not None:
+            for key, (leaf, g) in leaf_buffers.items():
+                slot = capture_leaves.get(key)
+                if slot is not None:
+                    captured[slot] = g
+            for i, g in enumerate(captured):
+                if g is None and not allow_unused:
+                    raise RuntimeError(f"input {i} of autograd.grad was not used in the graph of the outputs "
+                                       f"(pass allow_unused=True to get None for it)")
+            return captured
+        for leaf, g in leaf_buffers.values():
+            _store_leaf_grad(leaf, g)
+        return None
+    finally:
+        _set_enabled(previous_mode)
+
+
+def _accumulate_leaf(buffers: dict, leaf, g) -> None:
+    entry = buffers.get(id(leaf))
+    buffers[id(leaf)] = (leaf, g if entry is None else _add(entry[1], g))
+
+
+def _store_leaf_grad(leaf, g) -> None:
+    """leaf.grad += g; a first gradient is copied so .grad never aliases another tensor."""
+    if leaf.grad is None:
+        leaf.grad = rt.op_function("copy")(g)
+    else:
+        current = leaf.grad
+        if tuple(current.shape) != tuple(g.shape):
+            raise RuntimeError(f"cannot accumulate a gradient of shape {list(g.shape)} into .grad of shape "
+                               f"{list(current.shape)}")
+        current.add_(g)
+
+
+def _root_pairs(tensors, grad_tensors) -> list[tuple[Any, Any]]:
+    if rt.is_tensor(tensors):
+        tensors = [tensors]
+    tensors = list(tensors)
+    if grad_tensors is None or rt.is_tensor(grad_tensors):
+        grad_tensors = [grad_tensors] * len(tensors) if grad_tensors is None else [grad_tensors]
+    grad_tensors = list(grad_tensors)
+    if len(grad_tensors) != len(tensors):
+        raise ValueError(f"{len(tensors)} tensors but {len(grad_tensors)} gradients")
+    pairs = []
+    for i, (t, g) in enumerate(zip(tensors, grad_tensors)):
+        if not rt.is_tensor(t):
+            raise TypeError(f"backward of a {type(t).__name__}: expected an oar.Tensor")
+        if not t.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn "
+                               f"(no input of the computation that made it requires grad, or it ran under "
+                               f"oar.no_grad())")
+        if g is None:
+            if math.prod(t.shape) != 1:
+                raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this tensor has "
+                                   f"shape {list(t.shape)}: pass a gradient of that shape")
+            g = helpers.ones_like(t)
+        elif not rt.is_tensor(g):
+            g = rt.full(list(t.shape), float(g), t.dtype, t.device)
+        elif tuple(g.shape) != tuple(t.shape):
+            raise RuntimeError(f"gradient of shape {list(g.shape)} for a tensor of shape {list(t.shape)}")
+        pairs.append((t, g))
+    return pairs
+
+
+def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, create_graph: bool = False,
+             inputs=None) -> None:
+    """Accumulate d(tensors)/d(leaf) into ``.grad`` of every leaf that requires grad.
+
+    ``grad_tensors``: the gradient of each tensor (None for a one-element tensor
+    means 1). The graph is freed afterwards unless ``retain_graph``.
+    ``inputs``: accumulate only into these leaves.
+    """
+    if create_graph:
+        raise NotImplementedError("create_graph=True (higher-order gradients) is not supported")
+    pairs = _root_pairs(tensors, grad_tensors)
+    if inputs is not None:
+        inputs = [inputs] if rt.is_tensor(inputs) else list(inputs)
+        grads = run_backward(pairs, retain_graph=bool(retain_graph), capture=inputs, allow_unused=True)
+        for t, g in zip(inputs, grads):
+            if g is not None:
+                _store_leaf_grad(t, g)
+        return
+    run_backward(pairs, retain_graph=bool(retain_graph))
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
+         allow_unused: bool = False) -> tuple:
+    """The gradients of ``outputs`` with respect to ``inputs``, returned (``.grad`` is left alone)."""
+    if create_graph:
+        raise NotImplementedError("create_graph=True (higher-order gradients) is not supported")
+    single = rt.is_tensor(inputs)
+    inputs = [inputs] if single else list(inputs)
+    pairs = _root_pairs(outputs, grad_outputs)
+    return tuple(run_backward(pairs, retain_graph=bool(retain_graph), capture=inputs, allow_unused=allow_unused))

@@ -1,0 +1,156 @@
+"""The backward helpers named in ops.yaml's header, built from ops.
+
+They run under no_grad inside the engine, on the device of their arguments.
+A ``TensorMeta`` stands in for an input whose data a formula never reads
+(``shape(x)``, ``zeros_like(x)``, ``x.dtype``...), so backward does not keep
+that input alive.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from oar.autograd import _runtime as rt
+
+__all__ = [
+    "TensorMeta", "unreduce", "count", "shape", "ndim", "inverse_permutation", "sum_leading",
+    "slice_backward", "zeros_like", "ones_like", "reduced_dims", "sum_to_shape", "HELPERS",
+]
+
+
+class TensorMeta:
+    """A tensor's shape, dtype and device without its data."""
+
+    __slots__ = ("shape", "dtype", "device")
+
+    def __init__(self, shape, dtype, device):
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.device = device
+
+    @classmethod
+    def of(cls, tensor) -> "TensorMeta":
+        return cls(tensor.shape, tensor.dtype, tensor.device)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def __repr__(self) -> str:
+        return f"TensorMeta(shape={list(self.shape)}, dtype={rt.dtype_name(self.dtype)}, device={self.device})"
+
+
+def _op(name: str):
+    fn = rt.op_function(name)
+    if fn is None:
+        raise RuntimeError(f"the runtime has no op function {name!r} (ops.yaml op) for autograd")
+    return fn
+
+
+def reduced_dims(dim: Any, rank: int) -> list[int]:
+    """The dims of a reduction's ``dim`` attr, normalized to 0..rank-1 and sorted; empty means all."""
+    if dim is None:
+        return list(range(rank))
+    if isinstance(dim, int):
+        dim = [dim]
+    dims = list(dim)
+    if not dims:
+        return list(range(rank))
+    out = []
+    for d in dims:
+        d = int(d)
+        if not -max(rank, 1) <= d < max(rank, 1):
+            raise IndexError(f"dim {d} out of range for a tensor of {rank} dims")
+        out.append(d % rank if rank else 0)
+    return sorted(set(out))
+
+
+def shape(x) -> list[int]:
+    return [int(s) for s in x.shape]
+
+
+def ndim(x) -> int:
+    return len(x.shape)
+
+
+def count(x, dim) -> int:
+    """The number of elements a reduction of x over dim combines."""
+    sizes = shape(x)
+    return math.prod(sizes[d] for d in reduced_dims(dim, len(sizes)))
+
+
+def unreduce(g, x, dim, keepdim):
+    """g, the result of a reduction of x over dim, as a view broadcast to x's shape."""
+    target = shape(x)
+    if not keepdim:
+        kept = list(target)
+        for d in reduced_dims(dim, len(target)):
+            kept[d] = 1
+        if shape(g) != kept:
+            g = _op("reshape")(g, shape=kept)
+    if shape(g) != target:
+        g = _op("expand")(g, shape=target)
+    return g
+
+
+def inverse_permutation(dims: Sequence[int]) -> list[int]:
+    n = len(dims)
+    inverse = [0] * n
+    for i, d in enumerate(dims):
+        inverse[int(d) % n] = i
+    return inverse
+
+
+def sum_leading(g, n: int):
+    """g summed over all but its trailing n dims."""
+    lead = ndim(g) - int(n)
+    if lead <= 0:
+        return g
+    return _op("sum")(g, dim=list(range(lead)))
+
+
+def zeros_like(x):
+    return rt.full(shape(x), 0, x.dtype, x.device)
+
+
+def ones_like(x):
+    return rt.full(shape(x), 1, x.dtype, x.device)
+
+
+def slice_backward(g, x, dim, start, stop, step=1):
+    """Zeros shaped like x with g written into x[start:stop:step] along dim."""
+    out = zeros_like(x)
+    index = (slice(None),) * (int(dim) % max(ndim(x), 1)) + (slice(start, stop, step),)
+    out[index] = g
+    return out
+
+
+def sum_to_shape(g, target: Sequence[int]):
+    """A gradient of a broadcast input summed back to the input's shape."""
+    target = [int(s) for s in target]
+    have = shape(g)
+    if have == target:
+        return g
+    lead = len(have) - len(target)
+    if lead >= 0 and all(t in (1, h) for t, h in zip(target, have[lead:])):
+        dims = list(range(lead)) + [lead + i for i, t in enumerate(target) if t == 1 and have[lead + i] != 1]
+        if dims:
+            g = _op("sum")(g, dim=dims, keepdim=True)
+        if shape(g) != target:
+            g = _op("reshape")(g, shape=target)
+        return g
+    # g broadcasts up to the input (a formula left a reduced gradient): expand it
+    if len(have) <= len(target) and all(h in (1, t) for h, t in zip(have[::-1], target[::-1])):
+        return _op("expand")(g, shape=target)
+    raise RuntimeError(f"gradient of shape {have} does not fit an input of shape {target}")
+
+
+HELPERS = {
+    "unreduce": unreduce, "count": count, "shape": shape, "ndim": ndim,
+    "inverse_permutation": inverse_permutation, "sum_leading": sum_leading,
+    "slice_backward": slice_backward, "zeros_like": zeros_like, "ones_like": ones_like,
+}
