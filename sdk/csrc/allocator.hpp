@@ -21,21 +21,27 @@
 //   the streams owning cached blocks, returns every unused segment to the
 //   plugin, and retries once; then it raises oar.OutOfMemoryError with the
 //   request and the stats in its message.
-// - Thread safety: one mutex per allocator. It is never waited for while the
-//   GIL is held, and the GIL is never taken while it is held; plugin calls run
-//   with the GIL released, like the rest of the core.
+// - Thread safety: one mutex per allocator. A thread that must wait for it
+//   releases the GIL first; a thread holding it never runs Python (no object
+//   is created or released: errors are raised after unlocking), and calls the
+//   plugin with the GIL released, like the rest of the core. A free made by the
+//   holding thread itself (a log handler or the GC running inside a plugin
+//   call) is deferred until the mutex is released.
 // - Plugin finalize releases every allocator of the plugin first
 //   (release_allocators), so no segment outlives the plugin.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "oar/device_api.h"
@@ -135,10 +141,10 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
   AllocatorStats stats() const;  // GIL held or not
   void reset_peak_stats();       // peaks := current values
 
-  Plugin& plugin() const { return *plugin_; }
+  Plugin& plugin() const { return *plugin_; }  // only while not closed
   int32_t device() const { return device_; }
   size_t granularity() const { return granularity_; }
-  bool closed() const;  // the plugin was finalized (or destroyed)
+  bool closed() const { return closed_.load(); }  // the plugin was finalized (or destroyed)
 
   // Round a request as allocate does (for tests and tensor code that wants to know).
   size_t round_size(size_t nbytes) const;
@@ -151,30 +157,43 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
 
  private:
   struct Pool;
-  struct PendingEvent {
-    oar_event event;
-    Block* block;
-  };
-  struct Failure;  // a failed plugin call, raised once the GIL is back
+  struct PendingFree;   // a freed block waiting for one event (or, without events, a stream)
+  struct Failure;       // a failed request, raised once the mutex is released
+  class Locked;         // the mutex, taken without blocking while the GIL is held
 
-  Pool& pool_for(const Stream& stream, bool small);  // mutex held
-  Block* take_from_pool(Pool& pool, size_t size);     // best fit + split; mutex held
-  void insert_free(Block* block);                     // merge with free neighbours; mutex held
-  void process_pending_events(bool wait);             // mutex held, no GIL
-  size_t release_cached_segments(bool synchronize_streams, Failure* failure);  // mutex held, no GIL
+  // All below: mutex held, GIL held or not; they never raise and never enter Python.
+  template <class Fn>
+  oar_status plugin_call(Fn&& fn);
+  Block* allocate_locked(size_t nbytes, size_t size, const StreamRef& stream, Failure& failure);
+  Pool& pool_for(const StreamRef& stream, bool small);
+  Block* take_from_pool(Pool& pool, size_t size);  // best fit, split
+  bool adopt_orphaned_segments(Pool& pool);        // whole free segments of dead streams
+  void insert_free(Block* block);                  // merge with free neighbours, then cache
+  void free_locked(Block* block);
+  void process_pending(bool wait);                 // blocks whose events completed go back
+  void wait_for_stream(oar_stream handle);
+  void release_cached_segments(bool wait_streams);
+  oar_event take_event();
   void note_allocated(Block* block);
-  void update_peaks();
-  Block* allocate_slow(size_t nbytes, size_t size, const StreamRef& stream, Failure& failure);
+  void drain_deferred();
+  Plugin& open_plugin() const;  // raises OarError once closed or the plugin is unusable
 
-  Plugin* plugin_;  // valid until close()
+
+  Plugin* plugin_;  // valid until close(), nullptr after
+  std::string where_;  // "npu:0", for messages
+  std::string label_;  // the plugin's label, for messages
   int32_t device_;
   size_t granularity_;
   mutable std::mutex mutex_;
-  bool closed_ = false;
+  std::atomic<std::thread::id> owner_{};  // the thread holding mutex_ (re-entry detection)
+  std::mutex deferred_mutex_;             // guards deferred_ only; held for a push or pop
+  std::vector<Block*> deferred_;          // frees made by the owner thread while it held mutex_
+  std::atomic<bool> closed_{false};
   std::map<std::pair<const Stream*, bool>, std::unique_ptr<Pool>> pools_;
   std::set<Segment*> segments_;
-  std::vector<PendingEvent> pending_;
+  std::vector<PendingFree> pending_;
   std::vector<oar_event> spare_events_;
+  std::vector<std::string> problems_;  // to log once the mutex is released
   AllocatorStats stats_;
 };
 

@@ -1,6 +1,7 @@
 // oar._C: the C++ core of the Oar runtime, one register_* per concern.
 #include <pybind11/pybind11.h>
 
+#include "allocator.hpp"
 #include "device_memory.hpp"
 #include "dtypes.hpp"
 #include "kernels.hpp"
@@ -16,4 +17,5 @@ PYBIND11_MODULE(_C, module) {
   oar::register_device_memory(plugin_class);
   oar::register_kernels(module, plugin_class);
   oar::register_modules(module, plugin_class);
+  oar::register_allocator(module);
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "allocator.hpp"
 #include "entry_points.hpp"
 
 namespace oar {
@@ -225,6 +226,7 @@ void Plugin::finalize() {
                   status_name(status) + ": " + copy_plugin_text(table_.get_last_error_message()));
     }
   }
+  release_allocators(*this, true);  // cached device memory and the allocator's events first
   for (auto& rank : resources_) {
     auto live = rank;  // release_before_finalize unregisters
     for (auto& [id, weak] : live) {
@@ -258,6 +260,7 @@ Plugin::~Plugin() {
       // a destructor must not throw; finalize already logged what it could
     }
   }
+  release_allocators(*this, false);  // not finalized: the allocators only forget this plugin
   // otherwise plugin threads may still log: the target outlives us (the library is never unloaded)
   if (log_target_ && (finalized_ || !initialized_)) delete_log_target(log_target_);
   if (!Py_IsInitialized()) owner_.release();  // no Python left to release it to

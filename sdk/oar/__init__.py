@@ -42,6 +42,15 @@ from oar.kernels import (
     module_load,
 )
 from oar.memory import DeviceBuffer
+from oar.memory_stats import (
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_peak_memory_stats,
+)
 from oar.plugin_manager import load_plugin
 from oar.streams import Event, Stream, current_stream, default_stream
 
@@ -54,7 +63,8 @@ __all__ = [
     "PluginWarning", "Stream", "TensorDesc", "TypedAttr", "current_stream", "default_stream", "device",
     "device_count", "get_device", "get_device_properties", "kernel_launch", "kernel_query", "launch",
     "load_plugin", "mem_get_info", "module_compile", "module_load", "plugins_info", "set_device",
-    "synchronize",
+    "synchronize", "empty_cache", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
+    "memory_reserved", "memory_stats", "reset_peak_memory_stats",
 ]
 
 # Plugins finalize before the interpreter goes away (atexit runs after non-daemon threads end).
