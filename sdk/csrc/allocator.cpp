@@ -119,10 +119,11 @@ class CachingAllocator::Locked {
     allocator_.drain_deferred();
     std::vector<std::string> problems;
     problems.swap(allocator_.problems_);
+    Plugin* plugin = allocator_.plugin_;  // read while locked: close() clears it
     allocator_.owner_.store(std::thread::id());
     allocator_.mutex_.unlock();
-    if (allocator_.plugin_ != nullptr && gil_held()) {
-      for (const auto& problem : problems) allocator_.plugin_->log_problem(problem);
+    if (plugin != nullptr && !problems.empty() && gil_held()) {
+      for (const auto& problem : problems) plugin->log_problem(problem);
     }
   }
   Locked(const Locked&) = delete;
