@@ -527,3 +527,157 @@ def test_large_request_beyond_any_device_is_oom(dev, stream):
     with pytest.raises(oar.OutOfMemoryError, match="allocated"):
         alloc(stream, (1 << 64) - 1)
     assert stats(dev)["allocated_bytes"] == before["allocated_bytes"]
+
+
+# ---- against a plugin made of Python callables: alignment, failures, re-entry, finalize ----
+
+class FakeDevice:
+    """A plugin whose memory is a bump pointer (never dereferenced); every call is noted."""
+
+    def __init__(self, alignment: int = 256, device_type: str = "fakealloc"):
+        from oar.abi import C, PythonPlugin, ffi
+
+        self.calls: list[str] = []
+        self.fail_next: list[int] = []  # statuses mem_alloc returns before succeeding again
+        self.on_alloc = None  # called inside mem_alloc (with the GIL: a cffi callback)
+        self.live: dict[int, int] = {}
+        self.next_address = 1 << 32
+        self.message = ffi.new("char[]", b"fake device says no")
+        handles = [0x1000]
+
+        def note(name):
+            def entry(*args):
+                self.calls.append(name)
+                return 0
+            return entry
+
+        def handing_out(name, cast):
+            def entry(*args):
+                self.calls.append(name)
+                handles[0] += 0x10
+                args[-1][0] = ffi.cast(cast, handles[0])
+                return 0
+            return entry
+
+        def count(out):
+            out[0] = 1
+            return 0
+
+        def properties(device, props):
+            props.memory_alignment = alignment
+            props.total_memory = 1 << 30
+            return 0
+
+        def mem_alloc(device, size, out):
+            self.calls.append("mem_alloc")
+            if self.on_alloc is not None:
+                hook, self.on_alloc = self.on_alloc, None
+                hook()
+            if self.fail_next:
+                return self.fail_next.pop(0)
+            address = self.next_address
+            self.next_address += (size + alignment - 1) // alignment * alignment + alignment
+            self.live[address] = size
+            out[0] = ffi.cast("void*", address)
+            return 0
+
+        def mem_free(device, pointer):
+            self.calls.append("mem_free")
+            address = int(ffi.cast("uintptr_t", pointer))
+            return 0 if self.live.pop(address, None) is not None else C.OAR_ERROR_INVALID_HANDLE
+
+        entries = {name: note(name) for name, required in _C.entry_points() if required}
+        entries.update({
+            "get_last_error_message": lambda: self.message,
+            "device_count": count,
+            "device_get_properties": properties,
+            "stream_create": handing_out("stream_create", "oar_stream"),
+            "event_create": handing_out("event_create", "oar_event"),
+            "mem_alloc": mem_alloc,
+            "mem_free": mem_free,
+        })
+        self.python_plugin = PythonPlugin(entries, device_type=device_type)
+        self.plugin = _C.load_from_init(self.python_plugin.init_address, device_type, True,
+                                        owner=self.python_plugin)
+        self.stream = _C.Stream(self.plugin, 0)
+
+    def alloc(self, nbytes):
+        return _C.allocator_allocate(self.stream, nbytes)
+
+    def stats(self):
+        return _C.allocator_stats(self.plugin, 0)
+
+
+@pytest.fixture
+def fake():
+    device = FakeDevice(alignment=4096)
+    yield device
+    if not device.plugin.finalized:
+        device.plugin.finalize()
+
+
+def test_the_plugins_memory_alignment_is_kept(fake):
+    assert _C.allocator_round_size(fake.plugin, 0, 1) == 4096
+    blocks = [fake.alloc(n) for n in (1, 5000, 100, 3 * MiB + 3)]
+    # the large one keeps its whole 4 MiB segment: a remainder of 1 MiB or less is not split off
+    assert [b.size for b in blocks] == [4096, 8192, 4096, 4 * MiB]
+    assert all(b.ptr % 4096 == 0 for b in blocks)
+    assert blocks[1].ptr == blocks[0].ptr + 4096 and blocks[2].ptr == blocks[1].ptr + 8192
+
+
+def test_a_failing_mem_alloc_raises_device_error_without_retry(fake):
+    before = fake.stats()
+    fake.fail_next = [8]  # OAR_ERROR_INTERNAL
+    with pytest.raises(oar.DeviceError) as error:
+        fake.alloc(1000)
+    assert not isinstance(error.value, oar.OutOfMemoryError)
+    assert error.value.call == "mem_alloc" and "fake device says no" in str(error.value)
+    after = fake.stats()
+    assert after == before
+    assert fake.alloc(1000).size == 4096
+
+
+def test_oom_retry_after_releasing_the_cache(fake):
+    fake.alloc(3 * MiB).free()
+    fake.alloc(100).free()
+    fake.fail_next = [3]  # OAR_ERROR_OUT_OF_MEMORY once
+    fake.calls.clear()
+    block = fake.alloc(8 * MiB)
+    assert fake.calls.count("mem_alloc") == 2 and fake.calls.count("mem_free") == 2
+    s = fake.stats()
+    assert s["oom_retries"] == 1 and s["num_ooms"] == 0
+    assert s["reserved_bytes"] == block.size == 8 * MiB and s["segments"] == 1
+    assert len(fake.live) == 1
+
+
+def test_a_free_made_inside_a_plugin_call_is_deferred(fake):
+    victim = fake.alloc(1000)
+    fake.on_alloc = victim.free  # as if the GC ran in a log handler during mem_alloc
+    before = fake.stats()
+    block = fake.alloc(4 * MiB)  # holds the allocator's mutex while mem_alloc runs
+    assert victim.freed
+    after = fake.stats()
+    assert after["num_frees"] - before["num_frees"] == 1
+    assert after["allocated_bytes"] == before["allocated_bytes"] - 4096 + 4 * MiB
+    assert after["active_blocks"] == before["active_blocks"]
+    block.free()
+
+
+def test_finalize_frees_the_segments_before_the_plugin_finalizes(fake):
+    held = fake.alloc(1000)
+    other = _C.Stream(fake.plugin, 0)
+    used = fake.alloc(3 * MiB)
+    used.record_stream(other)
+    used.free()  # pending on an event of `other` (the fake's events are always complete)
+    fake.alloc(5 * MiB).free()
+    fake.calls.clear()
+    fake.plugin.finalize()
+    assert fake.live == {}
+    assert "finalize" in fake.calls
+    last_free = max(i for i, name in enumerate(fake.calls) if name == "mem_free")
+    assert last_free < fake.calls.index("finalize")
+    assert fake.calls.index("event_destroy") < fake.calls.index("finalize")
+    held.free()  # forgotten, no plugin call
+    assert fake.calls[-1] == "finalize"
+    with pytest.raises(oar.OarError, match="finalized"):
+        _C.allocator_stats(fake.plugin, 0)

@@ -12,15 +12,20 @@
 // - Pools are per stream: a block freed on stream S goes back to S's pool and
 //   is reused at once by S (S runs its work in order). Lookup is best fit
 //   (smallest block that fits); a larger block is split and the remainder
-//   stays cached; freed neighbours of the same segment are merged.
+//   stays cached (a large block only if more than 1 MiB is left: Block::size
+//   may exceed the request by up to 1 MiB); freed neighbours of the same
+//   segment are merged. Whole free segments of a destroyed stream are adopted
+//   by the next stream that misses its pool.
 // - A block used on other streams (record_stream) is not reused on free: an
 //   event is recorded on each of those streams and the block waits on a
 //   pending list until all of them completed (queried without blocking on
 //   later allocations).
 // - On OAR_ERROR_OUT_OF_MEMORY the allocator waits for the pending events and
-//   the streams owning cached blocks, returns every unused segment to the
-//   plugin, and retries once; then it raises oar.OutOfMemoryError with the
-//   request and the stats in its message.
+//   the streams owning cached blocks (stream_query polling, so a sticky stream
+//   error stays for its user), returns every unused segment to the plugin, and
+//   retries once; then it raises oar.OutOfMemoryError with the request and the
+//   stats in its message (and requested_bytes as an attribute). Any failure
+//   leaves the stats as they were, except for the cache it released.
 // - Thread safety: one mutex per allocator. A thread that must wait for it
 //   releases the GIL first; a thread holding it never runs Python (no object
 //   is created or released: errors are raised after unlocking), and calls the
