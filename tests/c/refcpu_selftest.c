@@ -98,6 +98,9 @@ static const oar_dl_data_type I64 = {OAR_DL_INT, 64, 1};
 static const oar_dl_data_type BOOL8 = {OAR_DL_BOOL, 8, 1};
 static const oar_dl_data_type U16 = {OAR_DL_UINT, 16, 1};
 
+/* The "dtype" attribute of cast. */
+#define DTYPE_ATTR(dt) (&(oar_attr){.name = "dtype", .type = OAR_ATTR_DTYPE, .value.dtype = (dt)})
+
 static void* device_alloc(int32_t device, size_t size) {
   void* pointer = NULL;
   EXPECT_OK(api->mem_alloc(device, size, &pointer));
@@ -588,7 +591,7 @@ static void test_stream_ordering(void) {
   char* x = device_alloc(0, N * sizeof(float));
   char* one = device_alloc(0, N * sizeof(float));
   char* scratch = device_alloc(0, N * sizeof(float));
-  oar_kernel fill = query_kernel("fill", 1, (oar_dl_data_type[]){F32});
+  oar_kernel fill = query_kernel("full", 1, (oar_dl_data_type[]){F32});
   oar_kernel add = query_kernel("add", 3, (oar_dl_data_type[]){F32, F32, F32});
   int64_t shape[1] = {N};
   tensor_arg x_arg, one_arg, scratch_arg;
@@ -921,8 +924,8 @@ static void test_kernel_query(void) {
   oar_kernel kernel = NULL;
   oar_dl_data_type f32x3[3] = {F32, F32, F32};
   EXPECT_STATUS(api->kernel_query(0, "no_such_op", f32x3, 3, &kernel), OAR_ERROR_NOT_SUPPORTED, "no_such_op");
-  oar_dl_data_type f64x3[3] = {F64, F64, F64};
-  EXPECT_STATUS(api->kernel_query(0, "add", f64x3, 3, &kernel), OAR_ERROR_NOT_SUPPORTED, "add");
+  oar_dl_data_type i8x3[3] = {I8, I8, I8}; /* add takes float32/64, int32/64 */
+  EXPECT_STATUS(api->kernel_query(0, "add", i8x3, 3, &kernel), OAR_ERROR_NOT_SUPPORTED, "add");
   oar_dl_data_type vector[3] = {{OAR_DL_FLOAT, 32, 4}, F32, F32};
   EXPECT_STATUS(api->kernel_query(0, "add", vector, 3, &kernel), OAR_ERROR_NOT_SUPPORTED, "add");
   EXPECT_STATUS(api->kernel_query(0, "add", f32x3, 2, &kernel), OAR_ERROR_INVALID_ARGUMENT, "add");
@@ -944,7 +947,7 @@ static void test_kernel_query(void) {
   const char* unary[] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "relu", "sum", "mean", "max", "copy", "cast"};
   for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++) query_kernel(unary[i], 2, f32x3);
   oar_dl_data_type fill_types[] = {F32, F64, I32, I64, BOOL8, F16, BF16, I8};
-  for (size_t i = 0; i < 8; i++) query_kernel("fill", 1, &fill_types[i]);
+  for (size_t i = 0; i < 8; i++) query_kernel("full", 1, &fill_types[i]);
 }
 
 static void test_kernel_launch_validation(void) {
@@ -1052,7 +1055,7 @@ static void test_kernel_launch_validation(void) {
   EXPECT_OK(launch1(stream, sum, &x2, &r1, good, 1));
   EXPECT_STATUS(api->kernel_launch(stream, sum, &x2.dl, 1, &r1.dl, 1, NULL, 2), OAR_ERROR_INVALID_ARGUMENT, "sum");
   /* fill needs its value */
-  oar_kernel fill = query_kernel("fill", 1, &F32);
+  oar_kernel fill = query_kernel("full", 1, &F32);
   EXPECT_STATUS(api->kernel_launch(stream, fill, NULL, 0, &tout.dl, 1, NULL, 0), OAR_ERROR_INVALID_ARGUMENT, "value");
   oar_attr string_value = {.name = "value", .type = OAR_ATTR_STRING, .value.s = "1"};
   EXPECT_STATUS(api->kernel_launch(stream, fill, NULL, 0, &tout.dl, 1, &string_value, 1), OAR_ERROR_INVALID_ARGUMENT,
@@ -1502,7 +1505,7 @@ static void test_fill_copy_cast(void) {
   };
   int64_t shape[1] = {8}, every_other[1] = {2};
   for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
-    oar_kernel fill = query_kernel("fill", 1, &fills[f].dtype);
+    oar_kernel fill = query_kernel("full", 1, &fills[f].dtype);
     EXPECT_OK(api->mem_set(0, out, 0xEE, 256));
     tensor_arg t;
     make_tensor(&t, out, fills[f].dtype, 1, shape, every_other);
@@ -1521,7 +1524,7 @@ static void test_fill_copy_cast(void) {
     check(ok, __FILE__, __LINE__, "fill of dtype %zu", f);
   }
   /* An OAR_ATTR_INT value is exact for int64. */
-  oar_kernel fill_i64 = query_kernel("fill", 1, &I64);
+  oar_kernel fill_i64 = query_kernel("full", 1, &I64);
   tensor_arg t64;
   int64_t two[1] = {2};
   make_tensor(&t64, out, I64, 1, two, NULL);
@@ -1567,7 +1570,7 @@ static void test_fill_copy_cast(void) {
 
   uint16_t halves[12];
   make_tensor(&to, out, F16, 1, n12, NULL);
-  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){F32, F16}), &tx, &to, NULL, 0));
+  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){F32, F16}), &tx, &to, DTYPE_ATTR(F16), 1));
   EXPECT_OK(api->stream_synchronize(stream));
   download(halves, out, sizeof halves);
   CHECK(halves[0] == 0x3C00);  /* tie rounds to even: 1.0 */
@@ -1579,7 +1582,7 @@ static void test_fill_copy_cast(void) {
 
   uint16_t bf[12];
   make_tensor(&to, out, BF16, 1, n12, NULL);
-  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){F32, BF16}), &tx, &to, NULL, 0));
+  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){F32, BF16}), &tx, &to, DTYPE_ATTR(BF16), 1));
   EXPECT_OK(api->stream_synchronize(stream));
   download(bf, out, sizeof bf);
   CHECK(bf[0] == 0x3F80 && bf[5] == 0x7F80 && bf[6] == 0xFF80);
@@ -1588,7 +1591,7 @@ static void test_fill_copy_cast(void) {
 
   int32_t ints[12];
   make_tensor(&to, out, I32, 1, n12, NULL);
-  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){F32, I32}), &tx, &to, NULL, 0));
+  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){F32, I32}), &tx, &to, DTYPE_ATTR(I32), 1));
   EXPECT_OK(api->stream_synchronize(stream));
   download(ints, out, sizeof ints);
   CHECK(ints[2] == -2 && ints[3] == 2 && ints[4] == 0);
@@ -1596,7 +1599,7 @@ static void test_fill_copy_cast(void) {
 
   unsigned char flags[12];
   make_tensor(&to, out, BOOL8, 1, n12, NULL);
-  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){F32, BOOL8}), &tx, &to, NULL, 0));
+  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){F32, BOOL8}), &tx, &to, DTYPE_ATTR(BOOL8), 1));
   EXPECT_OK(api->stream_synchronize(stream));
   download(flags, out, sizeof flags);
   CHECK(flags[0] == 1 && flags[4] == 1 && flags[9] == 0);
@@ -1607,7 +1610,7 @@ static void test_fill_copy_cast(void) {
   float widened[12];
   make_tensor(&tx, half_src, F16, 1, n12, NULL);
   make_tensor(&to, out, F32, 1, n12, NULL);
-  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){F16, F32}), &tx, &to, NULL, 0));
+  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){F16, F32}), &tx, &to, DTYPE_ATTR(F32), 1));
   EXPECT_OK(api->stream_synchronize(stream));
   download(widened, out, sizeof widened);
   CHECK(widened[0] == 1.0f && widened[1] == 1.0f + 2.0f / 1024.0f && isnan(widened[4]));
@@ -1620,13 +1623,13 @@ static void test_fill_copy_cast(void) {
   int64_t n3[1] = {3};
   make_tensor(&tx, wide_src, I64, 1, n3, NULL);
   make_tensor(&to, out, I8, 1, n3, NULL);
-  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){I64, I8}), &tx, &to, NULL, 0));
+  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){I64, I8}), &tx, &to, DTYPE_ATTR(I8), 1));
   EXPECT_OK(api->stream_synchronize(stream));
   int8_t narrow[3];
   download(narrow, out, sizeof narrow);
   CHECK(narrow[0] == 44 && narrow[1] == 127);
   make_tensor(&to, out, F64, 1, n3, NULL);
-  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){I64, F64}), &tx, &to, NULL, 0));
+  EXPECT_OK(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){I64, F64}), &tx, &to, DTYPE_ATTR(F64), 1));
   EXPECT_OK(api->stream_synchronize(stream));
   double doubles[3];
   download(doubles, out, sizeof doubles);
@@ -1634,7 +1637,7 @@ static void test_fill_copy_cast(void) {
 
   /* shapes must agree */
   make_tensor(&to, out, F64, 1, n12, NULL);
-  EXPECT_STATUS(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){I64, F64}), &tx, &to, NULL, 0),
+  EXPECT_STATUS(launch1(stream, query_kernel("cast", 2, (oar_dl_data_type[]){I64, F64}), &tx, &to, DTYPE_ATTR(F64), 1),
                 OAR_ERROR_INVALID_ARGUMENT, "cast");
 
   EXPECT_OK(api->stream_destroy(stream));
@@ -1894,7 +1897,7 @@ static void test_profiler(void) {
   oar_stream stream = new_stream(0);
   char* buffer = device_alloc(0, 64);
   float host[16] = {0};
-  oar_kernel fill = query_kernel("fill", 1, &F32);
+  oar_kernel fill = query_kernel("full", 1, &F32);
   int64_t shape[1] = {16};
   tensor_arg t;
   make_tensor(&t, buffer, F32, 1, shape, NULL);

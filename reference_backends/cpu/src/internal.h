@@ -140,20 +140,42 @@ typedef struct tensor_view {
 struct op_def;
 struct event_marker;
 
-typedef struct kernel_params {
-  uint32_t reduce_mask; /* bit d set: dim d of the input is reduced */
-  bool keepdim;
-  bool fill_is_int;
-  double fill_float;
-  int64_t fill_int;
-} kernel_params;
+/* Limits of library kernel launches; gen_op_table.py checks ops.yaml fits. */
+#define REFCPU_KERNEL_MAX_INPUTS 4
+#define REFCPU_KERNEL_MAX_OUTPUTS 2
+#define REFCPU_KERNEL_MAX_ATTRS 6
+#define REFCPU_ATTR_MAX_ITEMS 8   /* entries of an ints/floats attribute */
+#define REFCPU_ATTR_MAX_STRING 32 /* bytes of a string attribute, NUL included */
+#define REFCPU_KERNEL_SCRATCH 16  /* int64 words a check hook may leave for run */
+
+/* One attribute of a launch as the kernel sees it: the caller's value
+   (checked against the type ops.yaml declares), else the op's default. */
+typedef struct kernel_attr {
+  int32_t type;   /* OAR_ATTR_* as declared in ops.yaml */
+  bool given;     /* passed by the caller; false: the default */
+  bool exact_int; /* a float attribute passed as OAR_ATTR_INT: i holds it exactly */
+  int32_t count;  /* entries of ints/floats; bytes of s without the NUL */
+  int64_t i;      /* int, bool (0/1), exact_int float */
+  double f;       /* float */
+  uint8_t dtype;  /* dtype (refcpu_dtype) */
+  union {
+    int64_t ints[REFCPU_ATTR_MAX_ITEMS];
+    double floats[REFCPU_ATTR_MAX_ITEMS];
+    char s[REFCPU_ATTR_MAX_STRING];
+  } v;
+} kernel_attr;
 
 typedef struct kernel_command {
   const struct op_def* op;
-  uint32_t num_inputs;
-  tensor_view inputs[2];
-  tensor_view output;
-  kernel_params params;
+  uint32_t num_inputs;  /* present inputs (optional trailing ones may be absent) */
+  uint32_t num_outputs;
+  tensor_view inputs[REFCPU_KERNEL_MAX_INPUTS];
+  tensor_view outputs[REFCPU_KERNEL_MAX_OUTPUTS];
+  kernel_attr attrs[REFCPU_KERNEL_MAX_ATTRS]; /* indexed by ATTR_<op>_<name> */
+  /* kind reduction: dims of inputs[0] reduced (bit d), and keepdim */
+  uint32_t reduce_mask;
+  bool keepdim;
+  int64_t scratch[REFCPU_KERNEL_SCRATCH]; /* op-private, set by refcpu_check_<op> */
 } kernel_command;
 
 #define LAUNCH_INLINE_BYTES 384

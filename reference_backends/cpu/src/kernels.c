@@ -1,5 +1,7 @@
-/* kernel_query / kernel_launch: the op table, enqueue-time validation of
-   descriptors and attributes, and dispatch on the worker. */
+/* kernel_query / kernel_launch: the op table generated from interface/ops.yaml,
+   enqueue-time validation of dtypes, descriptors, attributes and shapes (the
+   generic rule of each kind, then the op's own refcpu_check_<op>), and
+   dispatch to refcpu_run_<op> on the worker. See kernels.h for the convention. */
 #include "kernels.h"
 
 #include <inttypes.h>
@@ -7,34 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const op_def ops[] = {
-    {"add", OP_KIND_BINARY, OP_ADD, 2, {"a", "b"}},
-    {"sub", OP_KIND_BINARY, OP_SUB, 2, {"a", "b"}},
-    {"mul", OP_KIND_BINARY, OP_MUL, 2, {"a", "b"}},
-    {"div", OP_KIND_BINARY, OP_DIV, 2, {"a", "b"}},
-    {"neg", OP_KIND_UNARY, OP_NEG, 1, {"x"}},
-    {"exp", OP_KIND_UNARY, OP_EXP, 1, {"x"}},
-    {"log", OP_KIND_UNARY, OP_LOG, 1, {"x"}},
-    {"sqrt", OP_KIND_UNARY, OP_SQRT, 1, {"x"}},
-    {"rsqrt", OP_KIND_UNARY, OP_RSQRT, 1, {"x"}},
-    {"tanh", OP_KIND_UNARY, OP_TANH, 1, {"x"}},
-    {"relu", OP_KIND_UNARY, OP_RELU, 1, {"x"}},
-    {"sum", OP_KIND_REDUCE, OP_SUM, 1, {"x"}},
-    {"mean", OP_KIND_REDUCE, OP_MEAN, 1, {"x"}},
-    {"max", OP_KIND_REDUCE, OP_MAX, 1, {"x"}},
-    {"matmul", OP_KIND_MATMUL, OP_MATMUL, 2, {"a", "b"}},
-    {"fill", OP_KIND_FILL, OP_FILL, 0, {NULL}},
-    {"copy", OP_KIND_COPY, OP_COPY, 1, {"x"}},
-    {"cast", OP_KIND_CAST, OP_CAST, 1, {"x"}},
-    {"_refcpu_fault", OP_KIND_FAULT, OP_FAULT, 0, {NULL}},
+#include "refcpu_op_table.inc"
+
+static oar_status run_fault(const kernel_command* cmd) {
+  (void)cmd;
+  return refcpu_fail(OAR_ERROR_INTERNAL,
+                     "kernel _refcpu_fault: injected failure (OAR_REFCPU_FAULT_INJECTION)");
+}
+
+/* Test hook, not an op of ops.yaml: no inputs, one output of a cast dtype. */
+static const op_def fault_op = {
+    .name = "_refcpu_fault",
+    .kind = OP_KIND_FAULT,
+    .num_outputs = 1,
+    .output_names = {"out"},
+    .dtype_mask = (1u << DTYPE_F32) | (1u << DTYPE_F64) | (1u << DTYPE_F16) | (1u << DTYPE_BF16) |
+                  (1u << DTYPE_I8) | (1u << DTYPE_I32) | (1u << DTYPE_I64) | (1u << DTYPE_BOOL),
+    .out_dtype = OUT_SAME,
+    .run = run_fault,
 };
+
+#define KERNEL_MAX_DTYPES (REFCPU_KERNEL_MAX_INPUTS + REFCPU_KERNEL_MAX_OUTPUTS)
 
 /* One (device, op, dtypes) combination; lives until finalize. */
 typedef struct refcpu_kernel {
   const op_def* op;
   int32_t device;
+  uint32_t num_inputs; /* present inputs: optional trailing ones may be left out */
   uint32_t num_dtypes;
-  uint8_t dtypes[3]; /* inputs, then the output */
+  uint8_t dtypes[KERNEL_MAX_DTYPES]; /* inputs, then the outputs */
   uint64_t handle;
   struct refcpu_kernel* next;
 } refcpu_kernel;
@@ -43,31 +46,108 @@ static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 static refcpu_kernel* kernels; /* every kernel handed out, for reuse and finalize */
 
 static const op_def* find_op(const char* name) {
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-    if (ops[i].kind == OP_KIND_FAULT && !g_refcpu.config.fault_injection) continue;
-    if (strcmp(ops[i].name, name) == 0) return &ops[i];
-  }
+  for (size_t i = 0; i < GENERATED_OP_COUNT; i++)
+    if (strcmp(generated_ops[i].name, name) == 0) return &generated_ops[i];
+  if (g_refcpu.config.fault_injection && strcmp(name, fault_op.name) == 0) return &fault_op;
   return NULL;
 }
 
-/* Whether the plugin has a kernel for these dtypes (count already checked). */
-static bool supports(const op_def* op, const uint8_t* dtypes) {
-  switch (op->kind) {
-    case OP_KIND_BINARY:
-    case OP_KIND_MATMUL:
-      return dtypes[0] == DTYPE_F32 && dtypes[1] == DTYPE_F32 && dtypes[2] == DTYPE_F32;
-    case OP_KIND_UNARY:
-    case OP_KIND_REDUCE:
-      return dtypes[0] == DTYPE_F32 && dtypes[1] == DTYPE_F32;
-    case OP_KIND_FILL:
-    case OP_KIND_FAULT:
-      return dtype_is_castable(dtypes[0]);
-    case OP_KIND_COPY:
-      return dtypes[0] == dtypes[1];
-    case OP_KIND_CAST:
-      return dtype_is_castable(dtypes[0]) && dtype_is_castable(dtypes[1]);
+/* ---- dtypes --------------------------------------------------------------------- */
+
+static int promote_rank(uint8_t dtype) {
+  switch (dtype) {
+    case DTYPE_BOOL: return 0;
+    case DTYPE_U8: return 1;
+    case DTYPE_I8: return 2;
+    case DTYPE_I16: return 3;
+    case DTYPE_I32: return 4;
+    case DTYPE_I64: return 5;
+    case DTYPE_F16: return 6;
+    case DTYPE_BF16: return 6;
+    case DTYPE_F32: return 7;
+    case DTYPE_F64: return 8;
+    default: return 5;
+  }
+}
+
+uint8_t dtype_promote(uint8_t a, uint8_t b) {
+  if (a == b) return a;
+  if ((a == DTYPE_F16 && b == DTYPE_BF16) || (a == DTYPE_BF16 && b == DTYPE_F16)) return DTYPE_F32;
+  return promote_rank(a) >= promote_rank(b) ? a : b;
+}
+
+static bool is_integral(uint8_t dtype) { return !dtype_is_floating(dtype); }
+
+/* The output dtype the op's rule gives for these inputs; false if none. */
+static bool expected_out_dtype(const op_def* op, const uint8_t* ids, uint32_t num_inputs,
+                               uint8_t* out, bool* any_castable) {
+  bool have_data = false;
+  uint8_t first = 0, promoted = 0;
+  for (uint32_t i = 0; i < num_inputs; i++) {
+    if (op->input_roles[i] != ROLE_DATA) continue;
+    if (!have_data) first = promoted = ids[i];
+    else promoted = dtype_promote(promoted, ids[i]);
+    have_data = true;
+  }
+  *any_castable = false;
+  switch (op->out_dtype) {
+    case OUT_SAME:
+      if (!have_data) return false; /* creation: any dtype of the list, checked by the caller */
+      *out = first;
+      return true;
+    case OUT_PROMOTE:
+      *out = promoted;
+      return have_data;
+    case OUT_FLOAT:
+      *out = have_data && is_integral(promoted) ? DTYPE_F32 : promoted;
+      return have_data;
+    case OUT_SUM:
+      *out = is_integral(first) ? DTYPE_I64 : first;
+      return have_data;
+    case OUT_FIXED:
+      *out = op->out_fixed_dtype;
+      return true;
+    case OUT_ATTR:
+      *any_castable = true;
+      return false;
   }
   return false;
+}
+
+/* Whether the plugin has a kernel for these dtypes (count already checked). */
+static bool supports(const op_def* op, const uint8_t* ids, uint32_t num_inputs) {
+  uint8_t first_data = 0;
+  bool have_data = false;
+  for (uint32_t i = 0; i < num_inputs; i++) {
+    uint8_t id = ids[i];
+    switch (op->input_roles[i]) {
+      case ROLE_INDEX:
+        if (id != DTYPE_I32 && id != DTYPE_I64) return false;
+        break;
+      case ROLE_CONDITION:
+        if (id != DTYPE_BOOL) return false;
+        break;
+      default:
+        if (!(op->dtype_mask & (1u << id))) return false;
+        /* Only elementwise binary/ternary ops promote mixed data inputs. */
+        if (have_data && id != first_data && op->kind != OP_KIND_BINARY && op->kind != OP_KIND_TERNARY)
+          return false;
+        if (!have_data) first_data = id;
+        have_data = true;
+    }
+  }
+  for (uint32_t o = 0; o < op->num_outputs; o++) {
+    uint8_t out = ids[num_inputs + o], expected;
+    bool any_castable;
+    if (expected_out_dtype(op, ids, num_inputs, &expected, &any_castable)) {
+      if (out != expected) return false;
+    } else if (any_castable) {
+      if (!dtype_is_castable(out)) return false;
+    } else if (!(op->dtype_mask & (1u << out))) { /* creation ops: out from the list */
+      return false;
+    }
+  }
+  return true;
 }
 
 oar_status refcpu_kernel_query(int32_t device, const char* op_name,
@@ -82,35 +162,46 @@ oar_status refcpu_kernel_query(int32_t device, const char* op_name,
   const op_def* op = find_op(op_name);
   if (!op)
     return refcpu_fail(OAR_ERROR_NOT_SUPPORTED, "kernel_query: no kernel for op '%s'", op_name);
-  if (num_dtypes != op->num_inputs + 1)
+  size_t low = op->min_inputs + op->num_outputs, high = op->max_inputs + op->num_outputs;
+  if (num_dtypes < low || num_dtypes > high) {
+    if (low == high)
+      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                         "kernel_query: %s takes %u inputs and %u output(s), so %zu dtypes, not %zu",
+                         op->name, op->min_inputs, op->num_outputs, low, num_dtypes);
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_query: %s takes %u inputs and 1 output, so %u dtypes, not %zu",
-                       op->name, op->num_inputs, op->num_inputs + 1, num_dtypes);
-  uint8_t ids[3];
+                       "kernel_query: %s takes %u..%u inputs and %u output(s), so %zu..%zu dtypes, not %zu",
+                       op->name, op->min_inputs, op->max_inputs, op->num_outputs, low, high, num_dtypes);
+  }
+  uint32_t num_inputs = (uint32_t)num_dtypes - op->num_outputs;
+  uint8_t ids[KERNEL_MAX_DTYPES];
   for (size_t i = 0; i < num_dtypes; i++) {
     if (!dtype_from_dl(dtypes[i], &ids[i]))
       return refcpu_fail(OAR_ERROR_NOT_SUPPORTED,
                          "kernel_query: %s: dtype {code %u, bits %u, lanes %u} is not supported",
                          op->name, dtypes[i].code, dtypes[i].bits, dtypes[i].lanes);
   }
-  if (!supports(op, ids)) {
-    char names[96] = "";
+  if (!supports(op, ids, num_inputs)) {
+    char names[160] = "";
     for (size_t i = 0; i < num_dtypes; i++)
-      snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
-               dtype_name(ids[i]));
-    return refcpu_fail(OAR_ERROR_NOT_SUPPORTED, "kernel_query: no %s kernel for dtypes (%s)",
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s%s", i ? ", " : "",
+               i == num_inputs ? "-> " : "", dtype_name(ids[i]));
+    return refcpu_fail(OAR_ERROR_NOT_SUPPORTED,
+                       "kernel_query: no %s kernel for dtypes (%s) (inputs, then outputs; see "
+                       "interface/ops.yaml for its dtypes and out_dtype)",
                        op->name, names);
   }
   pthread_mutex_lock(&kernels_lock);
   refcpu_kernel* found = kernels;
   for (; found; found = found->next)
-    if (found->op == op && found->device == device && memcmp(found->dtypes, ids, num_dtypes) == 0)
+    if (found->op == op && found->device == device && found->num_dtypes == num_dtypes &&
+        memcmp(found->dtypes, ids, num_dtypes) == 0)
       break;
   if (!found) {
     found = calloc(1, sizeof *found);
     if (found) {
       found->op = op;
       found->device = device;
+      found->num_inputs = num_inputs;
       found->num_dtypes = (uint32_t)num_dtypes;
       memcpy(found->dtypes, ids, num_dtypes);
       found->handle = registry_add(&g_refcpu.kernels, found);
@@ -141,14 +232,84 @@ void kernel_destroy_all(void) {
   pthread_mutex_unlock(&kernels_lock);
 }
 
-/* ---- enqueue-time validation ---------------------------------------------- */
+/* ---- helpers shared with the kernels ------------------------------------------- */
 
-static void format_shape(char* text, size_t bytes, int ndim, const int64_t* shape) {
+void format_shape(char* text, size_t bytes, int ndim, const int64_t* shape) {
   size_t used = (size_t)snprintf(text, bytes, "[");
   for (int d = 0; d < ndim && used < bytes; d++)
     used += (size_t)snprintf(text + used, bytes - used, "%s%" PRId64, d ? ", " : "", shape[d]);
   if (used < bytes) snprintf(text + used, bytes - used, "]");
 }
+
+bool view_same_shape(const tensor_view* a, const tensor_view* b) {
+  return a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
+}
+
+int64_t view_numel(const tensor_view* view) { return shape_numel(view->ndim, view->shape); }
+
+bool view_is_contiguous(const tensor_view* view) {
+  int64_t expected = 1;
+  for (int d = view->ndim - 1; d >= 0; d--) {
+    if (view->shape[d] == 1) continue;
+    if (view->strides[d] != expected) return view_numel(view) == 0;
+    expected *= view->shape[d];
+  }
+  return true;
+}
+
+oar_status shape_mismatch(const char* op, const char* role, const tensor_view* got,
+                          const char* other_role, const tensor_view* expected) {
+  char got_text[160], expected_text[160];
+  format_shape(got_text, sizeof got_text, got->ndim, got->shape);
+  format_shape(expected_text, sizeof expected_text, expected->ndim, expected->shape);
+  return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                     "kernel_launch: %s: %s shape %s differs from %s shape %s", op, role, got_text,
+                     other_role, expected_text);
+}
+
+oar_status normalize_dim(const char* op, const char* attr, int64_t dim, int32_t ndim, int32_t* out) {
+  int64_t rank = ndim > 0 ? ndim : 1; /* a scalar accepts dim 0 / -1 */
+  if (dim < -rank || dim >= rank)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: %s %" PRId64 " is out of range for %d dims", op, attr, dim,
+                       ndim);
+  *out = (int32_t)(dim < 0 ? dim + rank : dim);
+  return OAR_SUCCESS;
+}
+
+typedef struct range_job {
+  refcpu_range_fn body;
+  void* context;
+  int64_t count;
+  int64_t per_task;
+} range_job;
+
+static void range_point(const oar_refcpu_work_item* item, void* const* args) {
+  const range_job* job = args[0];
+  int64_t begin = (int64_t)item->block_idx[0] * job->per_task;
+  int64_t end = begin + job->per_task < job->count ? begin + job->per_task : job->count;
+  if (begin < end) job->body(begin, end, job->context);
+}
+
+void refcpu_parallel_for(int64_t count, int64_t min_per_task, refcpu_range_fn body, void* context) {
+  if (count <= 0) return;
+  if (min_per_task < 1) min_per_task = 1;
+  int64_t threads = g_refcpu.config.threads;
+  if (threads < 2 || count < 2 * min_per_task) {
+    body(0, count, context);
+    return;
+  }
+  int64_t tasks = threads * 4;
+  if (tasks > count / min_per_task) tasks = count / min_per_task;
+  range_job job = {.body = body, .context = context, .count = count,
+                   .per_task = (count + tasks - 1) / tasks};
+  uint32_t grid[3] = {(uint32_t)((count + job.per_task - 1) / job.per_task), 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  void* args[1] = {&job};
+  thread_pool_run_grid(range_point, grid, block, args);
+}
+
+/* ---- enqueue-time validation ---------------------------------------------- */
 
 /* Checks one descriptor and turns it into a view with a host address. */
 static oar_status make_view(const refcpu_kernel* kernel, refcpu_stream* stream,
@@ -202,7 +363,7 @@ static oar_status make_view(const refcpu_kernel* kernel, refcpu_stream* stream,
     overflow |= __builtin_add_overflow(last_offset, 1, &extent);
     overflow |= __builtin_mul_overflow(extent, (uint64_t)view->elem_size, &extent);
   }
-  if (overflow)
+  if (overflow || numel > (uint64_t)INT64_MAX)
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s shape/strides overflow",
                        op, role);
   if (numel == 0) {
@@ -223,129 +384,195 @@ static oar_status make_view(const refcpu_kernel* kernel, refcpu_stream* stream,
                        (const void*)start, extent, &view->data);
 }
 
-static bool same_shape(const tensor_view* a, const tensor_view* b) {
-  return a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
+static const char* attr_type_name(int32_t type) {
+  switch (type) {
+    case OAR_ATTR_INT: return "OAR_ATTR_INT";
+    case OAR_ATTR_FLOAT: return "OAR_ATTR_FLOAT";
+    case OAR_ATTR_BOOL: return "OAR_ATTR_BOOL";
+    case OAR_ATTR_INTS: return "OAR_ATTR_INTS";
+    case OAR_ATTR_FLOATS: return "OAR_ATTR_FLOATS";
+    case OAR_ATTR_STRING: return "OAR_ATTR_STRING";
+    case OAR_ATTR_DTYPE: return "OAR_ATTR_DTYPE";
+    default: return "an unknown type";
+  }
 }
 
-static oar_status shape_mismatch(const char* op, const char* role, const tensor_view* got,
-                                 const char* other_role, const tensor_view* expected) {
-  char got_text[160], expected_text[160];
-  format_shape(got_text, sizeof got_text, got->ndim, got->shape);
-  format_shape(expected_text, sizeof expected_text, expected->ndim, expected->shape);
-  return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                     "kernel_launch: %s: %s shape %s differs from %s shape %s", op, role, got_text,
-                     other_role, expected_text);
+static void attr_set_default(const op_attr_def* def, kernel_attr* value) {
+  memset(value, 0, sizeof *value);
+  value->type = def->type;
+  value->i = def->default_int;
+  value->f = def->default_float;
+  if (def->type == OAR_ATTR_INTS || def->type == OAR_ATTR_FLOATS) {
+    value->count = def->default_count;
+    for (int32_t k = 0; k < def->default_count; k++) {
+      if (def->type == OAR_ATTR_INTS) value->v.ints[k] = def->default_ints[k];
+      else value->v.floats[k] = def->default_floats[k];
+    }
+  } else if (def->type == OAR_ATTR_STRING && def->default_string) {
+    value->count = (int32_t)strlen(def->default_string);
+    memcpy(value->v.s, def->default_string, (size_t)value->count + 1);
+  }
 }
 
-/* Reads the attributes of the op into params. */
-static oar_status parse_attrs(const op_def* op, int32_t input_ndim, const oar_attr* attrs,
-                              size_t num_attrs, kernel_params* params, bool* has_value) {
+/* Checks one caller attribute against its declaration and stores it. */
+static oar_status attr_take(const char* op, const op_attr_def* def, const oar_attr* attr,
+                            kernel_attr* value) {
+  const char* name = def->name;
+  int32_t type = attr->type;
+  bool ok;
+  switch (def->type) {
+    case OAR_ATTR_FLOAT: ok = type == OAR_ATTR_FLOAT || type == OAR_ATTR_INT; break;
+    default: ok = type == def->type;
+  }
+  if (!ok)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: attribute '%s' must be %s%s, not %s", op, name,
+                       attr_type_name(def->type),
+                       def->type == OAR_ATTR_FLOAT ? " (or OAR_ATTR_INT)" : "", attr_type_name(type));
+  value->given = true;
+  switch (def->type) {
+    case OAR_ATTR_INT:
+      value->i = attr->value.i;
+      value->f = (double)attr->value.i;
+      break;
+    case OAR_ATTR_BOOL:
+      if (attr->value.i != 0 && attr->value.i != 1)
+        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                           "kernel_launch: %s: attribute '%s' (OAR_ATTR_BOOL) is %" PRId64 ", not 0 or 1",
+                           op, name, attr->value.i);
+      value->i = attr->value.i;
+      break;
+    case OAR_ATTR_FLOAT:
+      if (type == OAR_ATTR_INT) {
+        value->exact_int = true;
+        value->i = attr->value.i;
+        value->f = (double)attr->value.i;
+      } else {
+        value->f = attr->value.f;
+      }
+      break;
+    case OAR_ATTR_INTS:
+    case OAR_ATTR_FLOATS:
+      if (attr->count < 0 || attr->count > REFCPU_ATTR_MAX_ITEMS)
+        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                           "kernel_launch: %s: attribute '%s' has %" PRId64 " entries, not 0..%d", op,
+                           name, attr->count, REFCPU_ATTR_MAX_ITEMS);
+      if (attr->count > 0 && !(def->type == OAR_ATTR_INTS ? (const void*)attr->value.ints
+                                                          : (const void*)attr->value.floats))
+        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                           "kernel_launch: %s: attribute '%s' has %" PRId64 " entries but a NULL array",
+                           op, name, attr->count);
+      value->count = (int32_t)attr->count;
+      for (int64_t k = 0; k < attr->count; k++) {
+        if (def->type == OAR_ATTR_INTS) value->v.ints[k] = attr->value.ints[k];
+        else value->v.floats[k] = attr->value.floats[k];
+      }
+      break;
+    case OAR_ATTR_STRING: {
+      if (!attr->value.s)
+        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' is a NULL string",
+                           op, name);
+      size_t length = strnlen(attr->value.s, REFCPU_ATTR_MAX_STRING);
+      if (length >= REFCPU_ATTR_MAX_STRING)
+        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                           "kernel_launch: %s: attribute '%s' is longer than %d bytes", op, name,
+                           REFCPU_ATTR_MAX_STRING - 1);
+      value->count = (int32_t)length;
+      memcpy(value->v.s, attr->value.s, length + 1);
+      break;
+    }
+    case OAR_ATTR_DTYPE:
+      if (!dtype_from_dl(attr->value.dtype, &value->dtype) || !dtype_is_castable(value->dtype))
+        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                           "kernel_launch: %s: attribute '%s' is dtype {code %u, bits %u, lanes %u}, "
+                           "which this plugin does not know",
+                           op, name, attr->value.dtype.code, attr->value.dtype.bits,
+                           attr->value.dtype.lanes);
+      break;
+    default:
+      return refcpu_fail(OAR_ERROR_INTERNAL, "kernel_launch: %s: attribute '%s' has a bad declaration",
+                         op, name);
+  }
+  return OAR_SUCCESS;
+}
+
+/* Reads the caller's attributes into cmd->attrs (declared order), defaults
+   for the rest. */
+static oar_status parse_attrs(const op_def* op, const oar_attr* attrs, size_t num_attrs,
+                              kernel_command* cmd) {
   if (num_attrs && !attrs)
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attrs is NULL", op->name);
-  bool has_dim = false;
-  *has_value = false;
+  for (uint32_t a = 0; a < op->num_attrs; a++) attr_set_default(&op->attrs[a], &cmd->attrs[a]);
   for (size_t i = 0; i < num_attrs; i++) {
     const oar_attr* attr = &attrs[i];
     if (!attr->name)
       return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attrs[%zu].name is NULL",
                          op->name, i);
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(attrs[j].name, attr->name) == 0)
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' given twice",
-                           op->name, attr->name);
-    if (op->kind == OP_KIND_REDUCE && strcmp(attr->name, "dim") == 0) {
-      if (attr->type != OAR_ATTR_INTS)
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute 'dim' must be OAR_ATTR_INTS",
-                           op->name);
-      if (attr->count < 0 || (attr->count > 0 && !attr->value.ints))
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute 'dim' has a bad count or NULL ints",
-                           op->name);
-      has_dim = attr->count > 0;
-      for (int64_t k = 0; k < attr->count; k++) {
-        int64_t dim = attr->value.ints[k];
-        int64_t rank = input_ndim > 0 ? input_ndim : 1; /* a scalar accepts dim 0 / -1 */
-        if (dim < -rank || dim >= rank)
-          return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                             "kernel_launch: %s: dim %" PRId64 " is out of range for %d dims", op->name,
-                             dim, input_ndim);
-        if (dim < 0) dim += rank;
-        if (input_ndim == 0) continue;
-        if (params->reduce_mask & (1u << dim))
-          return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: dim %" PRId64 " is repeated",
-                             op->name, dim);
-        params->reduce_mask |= 1u << dim;
-      }
-    } else if (op->kind == OP_KIND_REDUCE && strcmp(attr->name, "keepdim") == 0) {
-      if (attr->type != OAR_ATTR_BOOL || (attr->value.i != 0 && attr->value.i != 1))
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute 'keepdim' must be OAR_ATTR_BOOL 0 or 1",
-                           op->name);
-      params->keepdim = attr->value.i != 0;
-    } else if (op->kind == OP_KIND_FILL && strcmp(attr->name, "value") == 0) {
-      if (attr->type == OAR_ATTR_FLOAT) {
-        params->fill_float = attr->value.f;
-      } else if (attr->type == OAR_ATTR_INT) {
-        params->fill_is_int = true;
-        params->fill_int = attr->value.i;
-        params->fill_float = (double)attr->value.i;
-      } else {
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: fill: attribute 'value' must be OAR_ATTR_FLOAT or OAR_ATTR_INT");
-      }
-      *has_value = true;
-    } else {
-      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: unknown attribute '%s'",
-                         op->name, attr->name);
-    }
-  }
-  if (op->kind == OP_KIND_REDUCE && !has_dim && input_ndim > 0)
-    params->reduce_mask = (1u << input_ndim) - 1; /* absent or empty: all dims */
-  return OAR_SUCCESS;
-}
-
-static oar_status check_reduce(const kernel_command* cmd) {
-  const tensor_view* x = &cmd->inputs[0];
-  const tensor_view* out = &cmd->output;
-  tensor_view expected = {.ndim = 0};
-  bool empty_reduction = false;
-  for (int d = 0; d < x->ndim; d++) {
-    bool reduced = cmd->params.reduce_mask & (1u << d);
-    if (reduced && x->shape[d] == 0) empty_reduction = true;
-    if (!reduced) expected.shape[expected.ndim++] = x->shape[d];
-    else if (cmd->params.keepdim) expected.shape[expected.ndim++] = 1;
-  }
-  if (!same_shape(out, &expected)) return shape_mismatch(cmd->op->name, "out", out, "the expected", &expected);
-  if (cmd->op->code == OP_MAX && empty_reduction && shape_numel(out->ndim, out->shape) > 0)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: max: reduction over an empty dim has no identity");
-  return OAR_SUCCESS;
-}
-
-static oar_status check_matmul(const kernel_command* cmd) {
-  const tensor_view *a = &cmd->inputs[0], *b = &cmd->inputs[1], *out = &cmd->output;
-  int n = a->ndim;
-  if (n < 2 || b->ndim != n || out->ndim != n)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: matmul: a, b and out need the same ndim >= 2 (got %d, %d, %d; "
-                       "the host broadcasts batch dims)",
-                       a->ndim, b->ndim, out->ndim);
-  for (int d = 0; d < n - 2; d++)
-    if (a->shape[d] != b->shape[d] || a->shape[d] != out->shape[d])
+    uint32_t a = 0;
+    while (a < op->num_attrs && strcmp(op->attrs[a].name, attr->name) != 0) a++;
+    if (a == op->num_attrs) {
+      char known[160] = "";
+      for (uint32_t k = 0; k < op->num_attrs; k++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "",
+                 op->attrs[k].name);
       return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                         "kernel_launch: matmul: batch dim %d differs: a %" PRId64 ", b %" PRId64
-                         ", out %" PRId64,
-                         d, a->shape[d], b->shape[d], out->shape[d]);
-  int64_t m = a->shape[n - 2], k = a->shape[n - 1], n_cols = b->shape[n - 1];
-  if (b->shape[n - 2] != k)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: matmul: a is [..., %" PRId64 ", %" PRId64 "] but b is [..., %" PRId64
-                       ", %" PRId64 "]",
-                       m, k, b->shape[n - 2], n_cols);
-  if (out->shape[n - 2] != m || out->shape[n - 1] != n_cols)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: matmul: out is [..., %" PRId64 ", %" PRId64 "], expected [..., %" PRId64
-                       ", %" PRId64 "]",
-                       out->shape[n - 2], out->shape[n - 1], m, n_cols);
-  if (m > INT32_MAX || k > INT32_MAX || n_cols > INT32_MAX)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: matmul: M, N, K must fit the 32-bit BLAS");
+                         "kernel_launch: %s: unknown attribute '%.64s' (%s%s)", op->name, attr->name,
+                         op->num_attrs ? "it takes: " : "it takes none", known);
+    }
+    if (cmd->attrs[a].given)
+      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' given twice",
+                         op->name, op->attrs[a].name);
+    REFCPU_TRY(attr_take(op->name, &op->attrs[a], attr, &cmd->attrs[a]));
+  }
+  for (uint32_t a = 0; a < op->num_attrs; a++)
+    if (op->attrs[a].required && !cmd->attrs[a].given)
+      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                         "kernel_launch: %s: attribute '%s' (%s) is required", op->name,
+                         op->attrs[a].name, attr_type_name(op->attrs[a].type));
+  return OAR_SUCCESS;
+}
+
+static int find_attr(const op_def* op, const char* name) {
+  for (uint32_t a = 0; a < op->num_attrs; a++)
+    if (strcmp(op->attrs[a].name, name) == 0) return (int)a;
+  return -1;
+}
+
+/* kind reduction: reduce_mask / keepdim from the attrs dim and keepdim, then
+   the output shape (the input's when the op has no keepdim, as softmax). */
+static oar_status check_reduction(kernel_command* cmd) {
+  const op_def* op = cmd->op;
+  const tensor_view* x = &cmd->inputs[0];
+  const tensor_view* out = &cmd->outputs[0];
+  int dim_index = find_attr(op, "dim"), keepdim_index = find_attr(op, "keepdim");
+  cmd->reduce_mask = 0;
+  cmd->keepdim = keepdim_index >= 0 && cmd->attrs[keepdim_index].i != 0;
+  if (dim_index >= 0) {
+    const kernel_attr* dims = &cmd->attrs[dim_index];
+    bool list = dims->type == OAR_ATTR_INTS;
+    int32_t count = list ? dims->count : 1;
+    for (int32_t k = 0; k < count; k++) {
+      int32_t dim = 0;
+      REFCPU_TRY(normalize_dim(op->name, "dim", list ? dims->v.ints[k] : dims->i, x->ndim, &dim));
+      if (x->ndim == 0) continue;
+      if (cmd->reduce_mask & (1u << dim))
+        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: dim %d is repeated",
+                           op->name, dim);
+      cmd->reduce_mask |= 1u << dim;
+    }
+    if (list && count == 0 && x->ndim > 0) cmd->reduce_mask = (1u << x->ndim) - 1; /* empty: all */
+  }
+  if (keepdim_index < 0) {
+    if (!view_same_shape(out, x)) return shape_mismatch(op->name, "out", out, "x", x);
+    return OAR_SUCCESS;
+  }
+  tensor_view expected = {.ndim = 0};
+  for (int d = 0; d < x->ndim; d++) {
+    bool reduced = cmd->reduce_mask & (1u << d);
+    if (!reduced) expected.shape[expected.ndim++] = x->shape[d];
+    else if (cmd->keepdim) expected.shape[expected.ndim++] = 1;
+  }
+  if (!view_same_shape(out, &expected)) return shape_mismatch(op->name, "out", out, "the expected", &expected);
   return OAR_SUCCESS;
 }
 
@@ -366,66 +593,53 @@ oar_status refcpu_kernel_launch(oar_stream stream_handle, oar_kernel kernel_hand
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
                        "kernel_launch: %s: the kernel was queried for device %d, the stream is on device %d",
                        op->name, kernel->device, stream->device);
-  if (num_inputs != op->num_inputs || num_outputs != 1)
+  if (num_inputs != kernel->num_inputs || num_outputs != op->num_outputs)
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s takes %u inputs and 1 output, got %zu and %zu", op->name,
-                       op->num_inputs, num_inputs, num_outputs);
-  if ((num_inputs && !inputs) || !outputs)
+                       "kernel_launch: %s was queried with %u inputs and takes %u output(s), got %zu and %zu",
+                       op->name, kernel->num_inputs, op->num_outputs, num_inputs, num_outputs);
+  if ((num_inputs && !inputs) || (num_outputs && !outputs))
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s is NULL", op->name,
-                       outputs ? "inputs" : "outputs");
+                       num_inputs && !inputs ? "inputs" : "outputs");
 
   command launch = {.kind = COMMAND_KERNEL};
   kernel_command* cmd = &launch.u.kernel;
   cmd->op = op;
   cmd->num_inputs = (uint32_t)num_inputs;
+  cmd->num_outputs = (uint32_t)num_outputs;
   for (size_t i = 0; i < num_inputs; i++)
     REFCPU_TRY(make_view(kernel, stream, op->input_names[i], &inputs[i], kernel->dtypes[i],
                          &cmd->inputs[i]));
-  REFCPU_TRY(make_view(kernel, stream, "out", &outputs[0], kernel->dtypes[num_inputs], &cmd->output));
-
-  bool has_value = false;
-  int32_t input_ndim = num_inputs ? cmd->inputs[0].ndim : 0;
-  REFCPU_TRY(parse_attrs(op, input_ndim, attrs, num_attrs, &cmd->params, &has_value));
+  for (size_t o = 0; o < num_outputs; o++)
+    REFCPU_TRY(make_view(kernel, stream, op->output_names[o], &outputs[o],
+                         kernel->dtypes[num_inputs + o], &cmd->outputs[o]));
+  REFCPU_TRY(parse_attrs(op, attrs, num_attrs, cmd));
+  if (op->out_dtype == OUT_ATTR) {
+    int index = find_attr(op, "dtype");
+    for (size_t o = 0; o < num_outputs; o++)
+      if (index >= 0 && cmd->outputs[o].dtype != cmd->attrs[index].dtype)
+        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                           "kernel_launch: %s: out is %s but attribute 'dtype' says %s", op->name,
+                           dtype_name(cmd->outputs[o].dtype), dtype_name(cmd->attrs[index].dtype));
+  }
   switch (op->kind) {
-    case OP_KIND_BINARY:
-      if (!same_shape(&cmd->inputs[1], &cmd->inputs[0]))
-        return shape_mismatch(op->name, "b", &cmd->inputs[1], "a", &cmd->inputs[0]);
-      /* fall through */
     case OP_KIND_UNARY:
-    case OP_KIND_COPY:
-    case OP_KIND_CAST:
-      if (!same_shape(&cmd->output, &cmd->inputs[0]))
-        return shape_mismatch(op->name, "out", &cmd->output, op->input_names[0], &cmd->inputs[0]);
+    case OP_KIND_BINARY:
+    case OP_KIND_TERNARY:
+      /* The host pre-broadcasts (stride 0), so every shape is the output's. */
+      for (uint32_t i = 0; i < cmd->num_inputs; i++)
+        if (!view_same_shape(&cmd->inputs[i], &cmd->outputs[0]))
+          return shape_mismatch(op->name, op->input_names[i], &cmd->inputs[i], "out", &cmd->outputs[0]);
       break;
-    case OP_KIND_REDUCE:
-      REFCPU_TRY(check_reduce(cmd));
+    case OP_KIND_REDUCTION:
+      REFCPU_TRY(check_reduction(cmd));
       break;
-    case OP_KIND_MATMUL:
-      REFCPU_TRY(check_matmul(cmd));
-      break;
-    case OP_KIND_FILL:
-      if (!has_value)
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: fill: attribute 'value' is missing");
-      break;
-    case OP_KIND_FAULT:
+    default:
       break;
   }
+  if (op->check) REFCPU_TRY(op->check(cmd));
   return stream_submit(stream, &launch, "kernel_launch");
 }
 
 const char* kernel_command_name(const kernel_command* kernel) { return kernel->op->name; }
 
-oar_status kernel_execute(const kernel_command* kernel) {
-  switch (kernel->op->kind) {
-    case OP_KIND_BINARY: return run_binary(kernel);
-    case OP_KIND_UNARY: return run_unary(kernel);
-    case OP_KIND_REDUCE: return run_reduce(kernel);
-    case OP_KIND_MATMUL: return run_matmul(kernel);
-    case OP_KIND_FILL: return run_fill(kernel);
-    case OP_KIND_COPY: return run_copy(kernel);
-    case OP_KIND_CAST: return run_cast(kernel);
-    case OP_KIND_FAULT:
-      return refcpu_fail(OAR_ERROR_INTERNAL, "kernel _refcpu_fault: injected failure (OAR_REFCPU_FAULT_INJECTION)");
-  }
-  return refcpu_fail(OAR_ERROR_INTERNAL, "kernel: unknown op kind");
-}
+oar_status kernel_execute(const kernel_command* kernel) { return kernel->op->run(kernel); }

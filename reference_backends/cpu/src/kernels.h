@@ -9,8 +9,9 @@
  * Nothing about an op is written by hand in kernels.c. An op gets a table entry
  * only when its name is a line of reference_backends/cpu/implemented_ops.txt
  * ('#' starts a comment); kernel_query answers OAR_ERROR_NOT_SUPPORTED for the
- * others, and the test `refcpu_ops_selftest --coverage` (ctest) fails while a
- * non-view op of ops.yaml is missing from that file, so a gap is visible.
+ * others, and `gen_op_table.py --check-complete` (ctest refcpu_op_coverage,
+ * pytest tests/test_refcpu_op_table.py) fails while a non-view op of ops.yaml
+ * is missing from that file, so a gap is visible.
  *
  * To implement op NAME (say conv2d), in your own file (kernels_nn.c,
  * kernels_index.c, ...; CMake builds src/kernels_nn.c and src/kernels_index.c
@@ -38,7 +39,9 @@
  *     trailing inputs are not passed); every data input's dtype is in the op's
  *     `dtypes`; inputs named indices (int32/int64), target (int32/int64) and
  *     condition (bool) have their own dtypes (ops.yaml does not list those);
- *     the output dtype follows out_dtype. Anything else: NOT_SUPPORTED.
+ *     the output dtype follows out_dtype. Data inputs of different dtypes
+ *     are accepted only by kinds binary and ternary (promotion); every other
+ *     kind gets data inputs of one dtype. Anything else: NOT_SUPPORTED.
  *   - kernel_launch: cmd->num_inputs within the op's min..max; every tensor's
  *     dtype equals the queried one; ndim <= REFCPU_MAX_DIMS; non-negative
  *     strides; [data, data + extent) inside one live allocation (strict mode
@@ -54,61 +57,242 @@
  *     cmd->keepdim from attrs dim (int or ints, negative from the end,
  *     duplicates rejected, empty = all) and keepdim; out shape checked.
  *
- * Helpers for kernels: tensor_view + strided_plan / strided_for_each_row[_parallel]
- * (strided.h), refcpu_parallel_for (below; the plugin's pool), view_is_contiguous,
- * load/store conversions for every dtype, REFCPU_DTYPE_* X-macros (below).
- * float16/bfloat16 compute in float32; accumulate float sums in double.
+ * Helpers for kernels (below): tensor_view + strided_plan /
+ * strided_for_each_row[_parallel] (strided.h); refcpu_parallel_for (the
+ * plugin's pool); view_is_contiguous / view_numel / view_same_shape /
+ * shape_mismatch / normalize_dim; load_as_double / load_as_int /
+ * store_from_double / store_from_int / convert_elements for every dtype;
+ * elementwise_run (typed rows per compute dtype, block conversion of the
+ * rest: float16/bfloat16 compute in float32); copy_strided. Accumulate float
+ * sums in double.
+ *
+ * Value tests of kernels go in tests/c/refcpu_ops_selftest.c (one function
+ * per op, listed in its main), built and run by the same CMake/ctest.
  *
  * matmul already exists: src/kernels_matmul.c holds refcpu_run_matmul /
  * refcpu_check_matmul (float32 via BLAS); extend that file (float64, bmm)
  * rather than defining them a second time.
- *
- * (This convention lands first; the generated table replaces the old
- * hand-written one below in the next commits.)
  */
 #ifndef OAR_REFCPU_KERNELS_H_
 #define OAR_REFCPU_KERNELS_H_
+
+#include <math.h>
+#include <string.h>
 
 #include "dtype.h"
 #include "internal.h"
 #include "strided.h"
 
+/* ---- the op table (entries generated from interface/ops.yaml) ------------- */
+
 typedef enum op_kind {
-  OP_KIND_BINARY,
+  OP_KIND_CREATION,
   OP_KIND_UNARY,
-  OP_KIND_REDUCE,
+  OP_KIND_BINARY,
+  OP_KIND_TERNARY,
+  OP_KIND_REDUCTION,
   OP_KIND_MATMUL,
-  OP_KIND_FILL,
-  OP_KIND_COPY,
-  OP_KIND_CAST,
+  OP_KIND_NN,
+  OP_KIND_INDEX,
+  OP_KIND_MISC,
   OP_KIND_FAULT /* test hook: fails on the worker; only with OAR_REFCPU_FAULT_INJECTION=1 */
 } op_kind;
 
-typedef enum op_code {
-  OP_ADD, OP_SUB, OP_MUL, OP_DIV,
-  OP_NEG, OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, OP_TANH, OP_RELU,
-  OP_SUM, OP_MEAN, OP_MAX,
-  OP_MATMUL, OP_FILL, OP_COPY, OP_CAST, OP_FAULT
-} op_code;
+/* How the output dtype follows from the inputs (ops.yaml out_dtype). */
+typedef enum out_rule {
+  OUT_SAME,      /* the first data input's (creation ops: any listed dtype) */
+  OUT_PROMOTE,   /* promotion of the data inputs */
+  OUT_FLOAT,     /* promotion, then float32 if integral or bool */
+  OUT_FIXED,     /* out_fixed_dtype (bool, int64, a dtype name) */
+  OUT_ATTR,      /* the "dtype" attribute (any dtype at query, checked at launch) */
+  OUT_SUM        /* sum: int64 for integral/bool inputs (its semantics), else the same */
+} out_rule;
+
+/* What an input is, for its dtype check. */
+typedef enum input_role {
+  ROLE_DATA,      /* dtype from the op's dtypes list */
+  ROLE_INDEX,     /* int32 or int64 (inputs named indices, target) */
+  ROLE_CONDITION  /* bool (inputs named condition) */
+} input_role;
+
+typedef struct op_attr_def {
+  const char* name;
+  int32_t type; /* OAR_ATTR_* */
+  bool required;
+  int64_t default_int; /* int, bool */
+  double default_float;
+  int32_t default_count; /* ints/floats */
+  const int64_t* default_ints;
+  const double* default_floats;
+  const char* default_string;
+} op_attr_def;
 
 typedef struct op_def {
   const char* name; /* as in interface/ops.yaml */
   op_kind kind;
-  op_code code;
-  uint32_t num_inputs;
-  const char* input_names[2];
+  uint32_t min_inputs, max_inputs; /* optional trailing inputs; variadic: max = REFCPU_KERNEL_MAX_INPUTS */
+  uint32_t num_outputs;
+  const char* input_names[REFCPU_KERNEL_MAX_INPUTS];
+  uint8_t input_roles[REFCPU_KERNEL_MAX_INPUTS];
+  const char* output_names[REFCPU_KERNEL_MAX_OUTPUTS];
+  uint32_t num_attrs;
+  const op_attr_def* attrs;
+  uint32_t dtype_mask; /* bit (1 << refcpu_dtype) per accepted data dtype */
+  out_rule out_dtype;
+  uint8_t out_fixed_dtype; /* OUT_FIXED */
+  bool broadcast;
+  oar_status (*run)(const kernel_command* cmd);
+  oar_status (*check)(kernel_command* cmd); /* NULL: the kind's generic rule only */
 } op_def;
 
-/* Worker-side bodies; inputs were validated at enqueue time. */
-oar_status run_binary(const kernel_command* kernel);
-oar_status run_unary(const kernel_command* kernel);
-oar_status run_fill(const kernel_command* kernel);
-oar_status run_copy(const kernel_command* kernel);
-oar_status run_cast(const kernel_command* kernel);
-oar_status run_reduce(const kernel_command* kernel);
-oar_status run_matmul(const kernel_command* kernel);
+/* Prototypes of every refcpu_run_<op> / refcpu_check_<op> and the ATTR_<op>_<name>
+   indices, generated from ops.yaml. */
+#include "refcpu_op_decls.h"
 
-/* Strided copy between views of one shape and element size (used by matmul too). */
+/* ---- attribute accessors (index: ATTR_<op>_<name>) ------------------------ */
+
+static inline int64_t attr_int(const kernel_command* cmd, int index) { return cmd->attrs[index].i; }
+static inline bool attr_bool(const kernel_command* cmd, int index) { return cmd->attrs[index].i != 0; }
+static inline double attr_float(const kernel_command* cmd, int index) { return cmd->attrs[index].f; }
+static inline uint8_t attr_dtype(const kernel_command* cmd, int index) { return cmd->attrs[index].dtype; }
+static inline const char* attr_string(const kernel_command* cmd, int index) { return cmd->attrs[index].v.s; }
+static inline const int64_t* attr_ints(const kernel_command* cmd, int index, int32_t* count) {
+  *count = cmd->attrs[index].count;
+  return cmd->attrs[index].v.ints;
+}
+static inline const double* attr_floats(const kernel_command* cmd, int index, int32_t* count) {
+  *count = cmd->attrs[index].count;
+  return cmd->attrs[index].v.floats;
+}
+
+/* ---- helpers for checks and kernels ----------------------------------------- */
+
+bool view_same_shape(const tensor_view* a, const tensor_view* b);
+/* Row-major contiguous (size-1 dims may have any stride). */
+bool view_is_contiguous(const tensor_view* view);
+int64_t view_numel(const tensor_view* view);
+/* Fails with INVALID_ARGUMENT: "kernel_launch: <op>: <role> shape [..] differs from <other_role> shape [..]". */
+oar_status shape_mismatch(const char* op, const char* role, const tensor_view* got,
+                          const char* other_role, const tensor_view* expected);
+void format_shape(char* text, size_t bytes, int ndim, const int64_t* shape);
+/* Normalizes dim (negative counts from the end) for a tensor of ndim dims
+   (a scalar accepts 0 and -1); fails naming op and attr when out of range. */
+oar_status normalize_dim(const char* op, const char* attr, int64_t dim, int32_t ndim, int32_t* out);
+
+/* Runs body(begin, end, context) over [0, count) split over the plugin's
+   thread pool (inline when count < min_per_task * 2, or the pool is busy). */
+typedef void (*refcpu_range_fn)(int64_t begin, int64_t end, void* context);
+void refcpu_parallel_for(int64_t count, int64_t min_per_task, refcpu_range_fn body, void* context);
+
+/* Dtype promotion of the op set: bool < int8 < int32 < int64 < float16 /
+   bfloat16 < float32 < float64 by category (floats beat ints, as torch);
+   float16 with bfloat16 gives float32. */
+uint8_t dtype_promote(uint8_t a, uint8_t b);
+
+/* Element conversions (cast semantics: float -> int truncates toward zero and
+   saturates, NaN -> 0; int -> narrower int wraps; -> bool is x != 0; to the
+   half types rounds to nearest even). */
+static inline int64_t load_as_int(uint8_t dtype, const char* p) {
+  switch (dtype) {
+    case DTYPE_I8: return *(const int8_t*)p;
+    case DTYPE_I16: return *(const int16_t*)p;
+    case DTYPE_I32: return *(const int32_t*)p;
+    case DTYPE_I64: return *(const int64_t*)p;
+    case DTYPE_U8: return *(const uint8_t*)p;
+    case DTYPE_U16: return *(const uint16_t*)p;
+    case DTYPE_U32: return *(const uint32_t*)p;
+    case DTYPE_U64: return (int64_t)*(const uint64_t*)p;
+    case DTYPE_BOOL: return *(const uint8_t*)p != 0;
+    default: return 0;
+  }
+}
+static inline double load_as_double(uint8_t dtype, const char* p) {
+  switch (dtype) {
+    case DTYPE_F32: return *(const float*)p;
+    case DTYPE_F64: return *(const double*)p;
+    case DTYPE_F16: return dtype_half_to_float(*(const uint16_t*)p);
+    case DTYPE_BF16: return dtype_bfloat16_to_float(*(const uint16_t*)p);
+    case DTYPE_U64: return (double)*(const uint64_t*)p;
+    default: return (double)load_as_int(dtype, p);
+  }
+}
+void store_from_double(uint8_t dtype, char* p, double value);
+void store_from_int(uint8_t dtype, char* p, int64_t value);
+/* dst[i * dst_stride] = src[i * src_stride] converted, strides in bytes. */
+void convert_elements(uint8_t dst_dtype, char* dst, int64_t dst_stride, uint8_t src_dtype,
+                      const char* src, int64_t src_stride, int64_t count);
+
+/* ---- elementwise engine (kernels_elementwise.c) --------------------------- */
+
+/* The dtype a typed row computes a dtype in: the half types in float32, the
+   narrow ints in int32; float32/float64/int32/int64/bool as themselves. */
+static inline uint8_t compute_dtype(uint8_t dtype) {
+  switch (dtype) {
+    case DTYPE_F16:
+    case DTYPE_BF16: return DTYPE_F32;
+    case DTYPE_I8:
+    case DTYPE_I16:
+    case DTYPE_U8: return DTYPE_I32;
+    default: return dtype;
+  }
+}
+
+/* Row functions of one op per compute dtype (NULL: none). */
+typedef struct typed_rows {
+  strided_row_fn f32, f64, i32, i64, b8;
+} typed_rows;
+
+/* The row for compute dtype *dtype; bool falls back to int32 (0/1) when the
+   op has no bool row, and *dtype says so. NULL if none. */
+strided_row_fn typed_rows_pick(const typed_rows* rows, uint8_t* dtype);
+
+/* Runs row over the inputs and outputs[0] of cmd (all one shape), split over
+   the pool. compute[t] is the dtype row expects for tensor t (inputs, then
+   the output); tensors of another dtype are converted in blocks (float16 /
+   bfloat16 thus compute in float32 and mixed dtypes in the promoted one). */
+void elementwise_run(const kernel_command* cmd, strided_row_fn row, const uint8_t* compute,
+                     void* context);
+
+/* Strided copy between views of one shape and element size. */
 void copy_strided(const tensor_view* dst, const tensor_view* src);
+
+/* ---- Philox-4x32-10 (the mapping is documented in oar/refcpu.h) ------------ */
+
+void philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
+/* Uniforms of rand for the element at counter value c = offset + i. */
+float philox_uniform_f32(uint64_t seed, uint64_t counter);
+double philox_uniform_f64(uint64_t seed, uint64_t counter);
+
+/* ---- fast float32 math that gcc vectorizes (no fast-math) -------------------- */
+
+/* e^x within 2 ulp over the whole range; NaN, +-Inf, overflow and subnormal
+   results as expf. */
+static inline float refcpu_expf(float x) {
+  const float log2e = 1.44269504088896341f;
+  const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+  float clamped = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
+  float t = clamped * log2e + shifter;
+  float n = t - shifter;
+  float r = clamped - n * ln2_hi;
+  r = r - n * ln2_lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits;
+  memcpy(&bits, &t, sizeof bits);
+  int32_t k = bits - 0x4B400000; /* n as an integer, |n| <= 151 */
+  int32_t k1 = k / 2, k2 = k - k1; /* two steps so subnormal results and 2^128 scale correctly */
+  int32_t s1 = (k1 + 127) << 23, s2 = (k2 + 127) << 23;
+  float f1, f2;
+  memcpy(&f1, &s1, sizeof f1);
+  memcpy(&f2, &s2, sizeof f2);
+  float result = p * f1 * f2;
+  return x != x ? x : result;
+}
 
 #endif /* OAR_REFCPU_KERNELS_H_ */

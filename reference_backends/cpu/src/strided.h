@@ -6,7 +6,7 @@
 
 #include "internal.h"
 
-#define STRIDED_MAX_TENSORS 3
+#define STRIDED_MAX_TENSORS 4
 
 typedef struct strided_plan {
   int ndim;       /* >= 1; the last dim is the row */

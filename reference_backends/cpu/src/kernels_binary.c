@@ -1,0 +1,198 @@
+/* Binary elementwise ops, written once per op as an expression over a and b
+   of type T and instantiated per compute dtype. Inputs of different dtypes
+   are converted to the promoted compute dtype in blocks by the engine;
+   float16/bfloat16 compute in float32. Integer arithmetic wraps as numpy's. */
+#include "kernels.h"
+
+#include <tgmath.h>
+
+#define EXP_T(x) _Generic((x), float: refcpu_expf, default: exp)(x)
+
+/* out[i] = EXPR(a, b) with vectorizable loops for contiguous rows and for
+   either operand a broadcast scalar (stride 0). */
+#define BINARY_ROW(name, T, OT, PRE, EXPR)                                                  \
+  static void name(char* const* p, const int64_t* s, int64_t n, void* context) {           \
+    (void)context;                                                                          \
+    PRE;                                                                                    \
+    const int64_t st_ = (int64_t)sizeof(T), so_ = (int64_t)sizeof(OT);                      \
+    OT* out_ = (OT*)p[2];                                                                   \
+    if (s[0] == st_ && s[1] == st_ && s[2] == so_) {                                        \
+      const T* a_ = (const T*)p[0];                                                         \
+      const T* b_ = (const T*)p[1];                                                         \
+      for (int64_t i_ = 0; i_ < n; i_++) {                                                  \
+        T a = a_[i_], b = b_[i_];                                                           \
+        out_[i_] = (OT)(EXPR);                                                              \
+      }                                                                                     \
+    } else if (s[0] == st_ && s[1] == 0 && s[2] == so_) {                                   \
+      const T* a_ = (const T*)p[0];                                                         \
+      const T b = *(const T*)p[1];                                                          \
+      for (int64_t i_ = 0; i_ < n; i_++) {                                                  \
+        T a = a_[i_];                                                                       \
+        out_[i_] = (OT)(EXPR);                                                              \
+      }                                                                                     \
+    } else if (s[0] == 0 && s[1] == st_ && s[2] == so_) {                                   \
+      const T a = *(const T*)p[0];                                                          \
+      const T* b_ = (const T*)p[1];                                                         \
+      for (int64_t i_ = 0; i_ < n; i_++) {                                                  \
+        T b = b_[i_];                                                                       \
+        out_[i_] = (OT)(EXPR);                                                              \
+      }                                                                                     \
+    } else {                                                                                \
+      for (int64_t i_ = 0; i_ < n; i_++) {                                                  \
+        T a = *(const T*)(p[0] + i_ * s[0]);                                                \
+        T b = *(const T*)(p[1] + i_ * s[1]);                                                \
+        *(OT*)(p[2] + i_ * s[2]) = (OT)(EXPR);                                              \
+      }                                                                                     \
+    }                                                                                       \
+  }
+
+#define NOTHING (void)0
+#define USE_T (void)sizeof(T)
+
+#define FLOAT_BINARY(op, PRE, EXPR)                                                  \
+  BINARY_ROW(op##_f32, float, float, typedef float T; USE_T; PRE, EXPR)              \
+  BINARY_ROW(op##_f64, double, double, typedef double T; USE_T; PRE, EXPR)           \
+  static const typed_rows op##_rows = {.f32 = op##_f32, .f64 = op##_f64};
+
+/* IEXPR wraps through UT, the unsigned twin of T. */
+#define ARITH_BINARY(op, FEXPR, IEXPR)                                                           \
+  BINARY_ROW(op##_f32, float, float, typedef float T; USE_T, FEXPR)                              \
+  BINARY_ROW(op##_f64, double, double, typedef double T; USE_T, FEXPR)                           \
+  BINARY_ROW(op##_i32, int32_t, int32_t, typedef int32_t T; typedef uint32_t UT; USE_T;          \
+             (void)sizeof(UT), IEXPR)                                                            \
+  BINARY_ROW(op##_i64, int64_t, int64_t, typedef int64_t T; typedef uint64_t UT; USE_T;          \
+             (void)sizeof(UT), IEXPR)                                                            \
+  static const typed_rows op##_rows = {.f32 = op##_f32, .f64 = op##_f64, .i32 = op##_i32,        \
+                                       .i64 = op##_i64};
+
+#define COMPARE_BINARY(op, EXPR)                                                              \
+  BINARY_ROW(op##_f32, float, uint8_t, NOTHING, EXPR)                                         \
+  BINARY_ROW(op##_f64, double, uint8_t, NOTHING, EXPR)                                        \
+  BINARY_ROW(op##_i32, int32_t, uint8_t, NOTHING, EXPR)                                       \
+  BINARY_ROW(op##_i64, int64_t, uint8_t, NOTHING, EXPR)                                       \
+  static const typed_rows op##_rows = {.f32 = op##_f32, .f64 = op##_f64, .i32 = op##_i32,     \
+                                       .i64 = op##_i64};
+
+/* Compute dtype: the output's for arithmetic, the promoted inputs' for
+   predicates (bool out). */
+static oar_status run_binary(const kernel_command* cmd, const typed_rows* rows, bool bool_out,
+                             void* context) {
+  uint8_t compute = compute_dtype(bool_out ? dtype_promote(cmd->inputs[0].dtype, cmd->inputs[1].dtype)
+                                           : cmd->outputs[0].dtype);
+  strided_row_fn row = typed_rows_pick(rows, &compute);
+  if (!row)
+    return refcpu_fail(OAR_ERROR_INTERNAL, "kernel %s: no row for %s", cmd->op->name,
+                       dtype_name(compute));
+  uint8_t dtypes[3] = {compute, compute, bool_out ? (uint8_t)DTYPE_BOOL : compute};
+  elementwise_run(cmd, row, dtypes, context);
+  return OAR_SUCCESS;
+}
+
+#define RUN_BINARY(op, bool_out)                                 \
+  oar_status refcpu_run_##op(const kernel_command* cmd) {        \
+    return run_binary(cmd, &op##_rows, bool_out, NULL);          \
+  }
+
+/* ---- arithmetic ------------------------------------------------------------------ */
+
+ARITH_BINARY(add, a + b, (T)((UT)a + (UT)b))
+ARITH_BINARY(sub, a - b, (T)((UT)a - (UT)b))
+ARITH_BINARY(mul, a * b, (T)((UT)a * (UT)b))
+/* NaN if either is NaN (numpy's maximum / minimum). */
+ARITH_BINARY(maximum, (a > b || a != a) ? a : b, a > b ? a : b)
+ARITH_BINARY(minimum, (a < b || a != a) ? a : b, a < b ? a : b)
+RUN_BINARY(add, false)
+RUN_BINARY(sub, false)
+RUN_BINARY(mul, false)
+RUN_BINARY(maximum, false)
+RUN_BINARY(minimum, false)
+
+FLOAT_BINARY(div, NOTHING, a / b)
+RUN_BINARY(div, false)
+
+FLOAT_BINARY(pow, NOTHING, pow(a, b))
+FLOAT_BINARY(square, NOTHING, ((void)b, a * a)) /* pow with a broadcast exponent of 2 */
+
+/* The value of a tensor whose every element is one (stride 0 or one element), if any. */
+static bool broadcast_scalar(const tensor_view* view, double* value) {
+  for (int d = 0; d < view->ndim; d++)
+    if (view->shape[d] > 1 && view->strides[d] != 0) return false;
+  if (view_numel(view) == 0) return false;
+  *value = load_as_double(view->dtype, view->data);
+  return true;
+}
+
+oar_status refcpu_run_pow(const kernel_command* cmd) {
+  double exponent;
+  if (broadcast_scalar(&cmd->inputs[1], &exponent) && exponent == 2.0)
+    return run_binary(cmd, &square_rows, false, NULL); /* x*x is pow(x, 2) correctly rounded */
+  return run_binary(cmd, &pow_rows, false, NULL);
+}
+
+/* ---- comparisons and logic -> bool ----------------------------------------------------- */
+
+COMPARE_BINARY(eq, a == b)
+COMPARE_BINARY(ne, a != b)
+COMPARE_BINARY(lt, a < b)
+COMPARE_BINARY(le, a <= b)
+COMPARE_BINARY(gt, a > b)
+COMPARE_BINARY(ge, a >= b)
+RUN_BINARY(eq, true)
+RUN_BINARY(ne, true)
+RUN_BINARY(lt, true)
+RUN_BINARY(le, true)
+RUN_BINARY(gt, true)
+RUN_BINARY(ge, true)
+
+/* Bool operands: any nonzero byte is true. */
+BINARY_ROW(logical_and_b8, uint8_t, uint8_t, NOTHING, (a != 0) & (b != 0))
+BINARY_ROW(logical_or_b8, uint8_t, uint8_t, NOTHING, (a != 0) | (b != 0))
+static const typed_rows logical_and_rows = {.b8 = logical_and_b8};
+static const typed_rows logical_or_rows = {.b8 = logical_or_b8};
+RUN_BINARY(logical_and, true)
+RUN_BINARY(logical_or, true)
+
+/* ---- gelu_backward(grad, x) ------------------------------------------------------------ */
+
+/* d gelu / dx. erf form: Phi(x) + x phi(x). tanh form with s = sigmoid(2u),
+   u = k (x + c x^3): 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s), so
+   d/dx = s + 2 x s (1 - s) k (1 + 3 c x^2), without cancellation. */
+#define GELU_DX_ERF(T, x) \
+  ((T)0.5 * ((T)1 + erf((x) * (T)0.70710678118654752440)) + \
+   (x) * (T)0.39894228040143267794 * EXP_T((T)-0.5 * (x) * (x)))
+#define GELU_SIGMOID_2U(T, x) \
+  ((T)1 / ((T)1 + EXP_T((T)-1.5957691216057307 * ((x) + (T)0.044715 * (x) * (x) * (x)))))
+static inline float gelu_dx_tanh_f32(float x) {
+  float s = GELU_SIGMOID_2U(float, x);
+  return s + 2.0f * x * s * (1.0f - s) * 0.7978845608028654f * (1.0f + 0.134145f * x * x);
+}
+static inline double gelu_dx_tanh_f64(double x) {
+  double s = GELU_SIGMOID_2U(double, x);
+  return s + 2.0 * x * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 0.134145 * x * x);
+}
+#define GELU_DX_TANH(x) _Generic((x), float: gelu_dx_tanh_f32, default: gelu_dx_tanh_f64)(x)
+
+FLOAT_BINARY(gelu_backward_erf, NOTHING, a * GELU_DX_ERF(T, b))
+FLOAT_BINARY(gelu_backward_tanh, NOTHING, a * GELU_DX_TANH(b))
+
+static oar_status gelu_backward_form(const kernel_command* cmd, bool* tanh_form) {
+  const char* approximate = attr_string(cmd, ATTR_gelu_backward_approximate);
+  if (strcmp(approximate, "none") == 0) *tanh_form = false;
+  else if (strcmp(approximate, "tanh") == 0) *tanh_form = true;
+  else
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: gelu_backward: attribute 'approximate' is '%s', not 'none' or 'tanh'",
+                       approximate);
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_check_gelu_backward(kernel_command* cmd) {
+  bool tanh_form;
+  return gelu_backward_form(cmd, &tanh_form);
+}
+
+oar_status refcpu_run_gelu_backward(const kernel_command* cmd) {
+  bool tanh_form = false;
+  REFCPU_TRY(gelu_backward_form(cmd, &tanh_form));
+  return run_binary(cmd, tanh_form ? &gelu_backward_tanh_rows : &gelu_backward_erf_rows, false, NULL);
+}

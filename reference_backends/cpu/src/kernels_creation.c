@@ -1,0 +1,326 @@
+/* Creation ops (full, arange, rand, randn) and dropout: kernels whose values
+   depend on the element's row-major index. Philox-4x32-10 and the exact
+   mapping from (seed, offset, index) to numbers are documented in oar/refcpu.h. */
+#include "kernels.h"
+
+#include <stdlib.h>
+
+/* ---- Philox-4x32-10 (Salmon et al., SC'11; as Random123's philox4x32_10) ---- */
+
+void philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
+  uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
+  uint32_t k0 = key[0], k1 = key[1];
+  for (int round = 0; round < 10; round++) {
+    if (round > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+    uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+    uint32_t n1 = (uint32_t)p1;
+    uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    uint32_t n3 = (uint32_t)p0;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
+  }
+  out[0] = c0;
+  out[1] = c1;
+  out[2] = c2;
+  out[3] = c3;
+}
+
+static inline void philox_words(uint64_t seed, uint64_t counter, uint32_t words[4]) {
+  const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+  const uint32_t ctr[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0};
+  philox4x32_10(ctr, key, words);
+}
+
+float philox_uniform_f32(uint64_t seed, uint64_t counter) {
+  uint32_t w[4];
+  philox_words(seed, counter, w);
+  return (float)(w[0] >> 8) * 0x1.0p-24f;
+}
+
+double philox_uniform_f64(uint64_t seed, uint64_t counter) {
+  uint32_t w[4];
+  philox_words(seed, counter, w);
+  uint64_t bits = ((uint64_t)w[0] << 32) | w[1];
+  return (double)(bits >> 11) * 0x1.0p-53;
+}
+
+/* randn at counter c: Box-Muller over the pair (c & ~1, (c & ~1) + 1). */
+static inline void philox_normal_pair(uint64_t seed, uint64_t even_counter, double* z0, double* z1) {
+  double u1 = philox_uniform_f64(seed, even_counter);
+  double u2 = philox_uniform_f64(seed, even_counter + 1);
+  double r = sqrt(-2.0 * log1p(-u1)); /* 1 - u1 in (0, 1] */
+  double theta = 6.283185307179586 * u2;
+  *z0 = r * cos(theta);
+  *z1 = r * sin(theta);
+}
+
+/* ---- index-ordered generation ------------------------------------------------------ */
+
+/* Writes count elements of out starting at row-major index first; elements
+   lie stride bytes apart. */
+typedef void (*generate_fn)(char* out, int64_t stride, int64_t first, int64_t count, void* context);
+
+typedef struct generate_job {
+  generate_fn fn;
+  void* context;
+  char* data;
+  int64_t size;
+  int64_t next_index; /* serial walk: index of the next row */
+} generate_job;
+
+static void generate_range(int64_t begin, int64_t end, void* opaque) {
+  const generate_job* job = opaque;
+  job->fn(job->data + begin * job->size, job->size, begin, end - begin, job->context);
+}
+
+static void generate_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  generate_job* job = opaque;
+  job->fn(p[0], s[0], job->next_index, n, job->context);
+  job->next_index += n;
+}
+
+/* Contiguous out: split over the pool; else one ordered walk. */
+static void generate(const tensor_view* out, generate_fn fn, void* context, int64_t grain) {
+  int64_t numel = view_numel(out);
+  if (numel == 0) return;
+  generate_job job = {.fn = fn, .context = context, .data = out->data, .size = out->elem_size};
+  if (view_is_contiguous(out)) {
+    refcpu_parallel_for(numel, grain, generate_range, &job);
+    return;
+  }
+  const tensor_view* views[1] = {out};
+  strided_plan plan;
+  strided_plan_views(&plan, 1, views);
+  char* bases[1] = {out->data};
+  strided_for_each_row(&plan, bases, generate_row, &job);
+}
+
+/* ---- full ------------------------------------------------------------------------- */
+
+typedef struct fill_context {
+  unsigned char element[8];
+  int elem_size;
+  bool all_bytes_equal;
+} fill_context;
+
+static void fill_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  const fill_context* fill = opaque;
+  int size = fill->elem_size;
+  if (s[0] == size && fill->all_bytes_equal) {
+    memset(p[0], fill->element[0], (size_t)(n * size));
+    return;
+  }
+  switch (size) {
+    case 1: { uint8_t v = fill->element[0]; for (int64_t i = 0; i < n; i++) *(uint8_t*)(p[0] + i * s[0]) = v; break; }
+    case 2: { uint16_t v; memcpy(&v, fill->element, 2); for (int64_t i = 0; i < n; i++) *(uint16_t*)(p[0] + i * s[0]) = v; break; }
+    case 4: { uint32_t v; memcpy(&v, fill->element, 4); for (int64_t i = 0; i < n; i++) *(uint32_t*)(p[0] + i * s[0]) = v; break; }
+    default: { uint64_t v; memcpy(&v, fill->element, 8); for (int64_t i = 0; i < n; i++) *(uint64_t*)(p[0] + i * s[0]) = v; break; }
+  }
+}
+
+oar_status refcpu_run_full(const kernel_command* cmd) {
+  const tensor_view* out = &cmd->outputs[0];
+  const kernel_attr* value = &cmd->attrs[ATTR_full_value];
+  fill_context fill = {.elem_size = out->elem_size};
+  /* An OAR_ATTR_INT value stays exact for 64-bit ints. */
+  if (value->exact_int) store_from_int(out->dtype, (char*)fill.element, value->i);
+  else store_from_double(out->dtype, (char*)fill.element, value->f);
+  fill.all_bytes_equal = true;
+  for (int i = 1; i < fill.elem_size; i++)
+    if (fill.element[i] != fill.element[0]) fill.all_bytes_equal = false;
+  const tensor_view* views[1] = {out};
+  strided_plan plan;
+  strided_plan_views(&plan, 1, views);
+  char* bases[1] = {out->data};
+  strided_for_each_row_parallel(&plan, bases, fill_row, &fill);
+  return OAR_SUCCESS;
+}
+
+/* ---- arange ------------------------------------------------------------------------ */
+
+oar_status refcpu_check_arange(kernel_command* cmd) {
+  if (cmd->outputs[0].ndim != 1)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: arange: out must be 1-D (its length is the count), not %d-D",
+                       cmd->outputs[0].ndim);
+  return OAR_SUCCESS;
+}
+
+typedef struct arange_context {
+  uint8_t dtype;
+  bool exact; /* integral out with integral start and step: int64 arithmetic */
+  double start, step;
+  int64_t start_i, step_i;
+} arange_context;
+
+static void arange_fill(char* out, int64_t stride, int64_t first, int64_t count, void* opaque) {
+  const arange_context* a = opaque;
+  if (a->dtype == DTYPE_F32 && stride == 4) {
+    float* o = (float*)out;
+    for (int64_t i = 0; i < count; i++) o[i] = (float)(a->start + (double)(first + i) * a->step);
+    return;
+  }
+  for (int64_t i = 0; i < count; i++) {
+    int64_t index = first + i;
+    if (a->exact)
+      store_from_int(a->dtype, out + i * stride, (int64_t)((uint64_t)a->start_i + (uint64_t)index * (uint64_t)a->step_i));
+    else
+      store_from_double(a->dtype, out + i * stride, a->start + (double)index * a->step);
+  }
+}
+
+oar_status refcpu_run_arange(const kernel_command* cmd) {
+  const kernel_attr* start = &cmd->attrs[ATTR_arange_start];
+  const kernel_attr* step = &cmd->attrs[ATTR_arange_step];
+  arange_context a = {.dtype = cmd->outputs[0].dtype, .start = start->f, .step = step->f};
+  /* Integral out and integral-valued start/step: exact int64 (defaults are 0.0 and 1.0). */
+  if (!dtype_is_floating(a.dtype) && start->f == floor(start->f) && step->f == floor(step->f) &&
+      fabs(start->f) < 9.2e18 && fabs(step->f) < 9.2e18) {
+    a.exact = true;
+    a.start_i = start->exact_int ? start->i : (int64_t)start->f;
+    a.step_i = step->exact_int ? step->i : (int64_t)step->f;
+  }
+  generate(&cmd->outputs[0], arange_fill, &a, 1 << 15);
+  return OAR_SUCCESS;
+}
+
+/* ---- rand / randn ---------------------------------------------------------------------- */
+
+typedef struct random_context {
+  uint64_t seed;
+  uint64_t offset;
+  uint8_t dtype;
+} random_context;
+
+static void rand_fill(char* out, int64_t stride, int64_t first, int64_t count, void* opaque) {
+  const random_context* r = opaque;
+  uint64_t base = r->offset + (uint64_t)first; /* counters wrap mod 2^64 */
+  if (r->dtype == DTYPE_F32) {
+    for (int64_t i = 0; i < count; i++) *(float*)(out + i * stride) = philox_uniform_f32(r->seed, base + (uint64_t)i);
+  } else {
+    for (int64_t i = 0; i < count; i++) *(double*)(out + i * stride) = philox_uniform_f64(r->seed, base + (uint64_t)i);
+  }
+}
+
+static void store_normal(const random_context* r, char* p, double z) {
+  if (r->dtype == DTYPE_F32) *(float*)p = (float)z;
+  else *(double*)p = z;
+}
+
+static void randn_fill(char* out, int64_t stride, int64_t first, int64_t count, void* opaque) {
+  const random_context* r = opaque;
+  int64_t i = 0;
+  while (i < count) {
+    uint64_t counter = r->offset + (uint64_t)(first + i);
+    double z0, z1;
+    philox_normal_pair(r->seed, counter & ~(uint64_t)1, &z0, &z1);
+    if ((counter & 1) == 0) {
+      store_normal(r, out + i * stride, z0);
+      if (i + 1 < count) store_normal(r, out + (i + 1) * stride, z1);
+      i += 2;
+    } else {
+      store_normal(r, out + i * stride, z1);
+      i += 1;
+    }
+  }
+}
+
+oar_status refcpu_run_rand(const kernel_command* cmd) {
+  random_context r = {.seed = (uint64_t)attr_int(cmd, ATTR_rand_seed),
+                      .offset = (uint64_t)attr_int(cmd, ATTR_rand_offset),
+                      .dtype = cmd->outputs[0].dtype};
+  generate(&cmd->outputs[0], rand_fill, &r, 1 << 14);
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_run_randn(const kernel_command* cmd) {
+  random_context r = {.seed = (uint64_t)attr_int(cmd, ATTR_randn_seed),
+                      .offset = (uint64_t)attr_int(cmd, ATTR_randn_offset),
+                      .dtype = cmd->outputs[0].dtype};
+  /* Even chunk sizes keep Box-Muller pairs within one task (only a speed matter). */
+  generate(&cmd->outputs[0], randn_fill, &r, 1 << 12);
+  return OAR_SUCCESS;
+}
+
+/* ---- dropout ------------------------------------------------------------------------------ */
+
+oar_status refcpu_check_dropout(kernel_command* cmd) {
+  double p = attr_float(cmd, ATTR_dropout_p);
+  if (!(p >= 0.0 && p <= 1.0))
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: dropout: p is %g, not in [0, 1]", p);
+  return OAR_SUCCESS;
+}
+
+typedef struct dropout_context {
+  uint64_t seed, offset;
+  double p;
+  uint8_t dtype;
+  float scale_f32;
+  double scale_f64;
+  const char* x;       /* contiguous path: x's base */
+  char* out;
+  int64_t x_stride, out_stride; /* bytes (serial path: per row) */
+  int64_t next_index;
+} dropout_context;
+
+/* keep(i) = U24(offset + i) >= p with rand's float32 uniform, for both dtypes. */
+static void dropout_elements(const dropout_context* d, const char* x, int64_t xs, char* out,
+                             int64_t os, int64_t first, int64_t count) {
+  uint64_t base = d->offset + (uint64_t)first;
+  if (d->dtype == DTYPE_F32) {
+    for (int64_t i = 0; i < count; i++) {
+      bool keep = (double)philox_uniform_f32(d->seed, base + (uint64_t)i) >= d->p;
+      *(float*)(out + i * os) = keep ? *(const float*)(x + i * xs) * d->scale_f32 : 0.0f;
+    }
+  } else {
+    for (int64_t i = 0; i < count; i++) {
+      bool keep = (double)philox_uniform_f32(d->seed, base + (uint64_t)i) >= d->p;
+      *(double*)(out + i * os) = keep ? *(const double*)(x + i * xs) * d->scale_f64 : 0.0;
+    }
+  }
+}
+
+static void dropout_range(int64_t begin, int64_t end, void* opaque) {
+  const dropout_context* d = opaque;
+  dropout_elements(d, d->x + begin * d->x_stride, d->x_stride, d->out + begin * d->out_stride,
+                   d->out_stride, begin, end - begin);
+}
+
+static void dropout_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  dropout_context* d = opaque;
+  dropout_elements(d, p[0], s[0], p[1], s[1], d->next_index, n);
+  d->next_index += n;
+}
+
+oar_status refcpu_run_dropout(const kernel_command* cmd) {
+  const tensor_view* x = &cmd->inputs[0];
+  const tensor_view* out = &cmd->outputs[0];
+  double p = attr_float(cmd, ATTR_dropout_p);
+  dropout_context d = {.seed = (uint64_t)attr_int(cmd, ATTR_dropout_seed),
+                       .offset = (uint64_t)attr_int(cmd, ATTR_dropout_offset),
+                       .p = p, .dtype = out->dtype,
+                       .scale_f32 = (float)(1.0 / (1.0 - p)), .scale_f64 = 1.0 / (1.0 - p)};
+  int64_t numel = view_numel(out);
+  if (numel == 0) return OAR_SUCCESS;
+  if (view_is_contiguous(x) && view_is_contiguous(out)) {
+    d.x = x->data;
+    d.out = out->data;
+    d.x_stride = x->elem_size;
+    d.out_stride = out->elem_size;
+    refcpu_parallel_for(numel, 1 << 14, dropout_range, &d);
+    return OAR_SUCCESS;
+  }
+  const tensor_view* views[2] = {x, out};
+  strided_plan plan;
+  strided_plan_views(&plan, 2, views);
+  char* bases[2] = {x->data, out->data};
+  strided_for_each_row(&plan, bases, dropout_row, &d);
+  return OAR_SUCCESS;
+}
