@@ -36,7 +36,7 @@ class Node:
     """
 
     __slots__ = ("op", "spec", "backward_fn", "attrs", "saved", "edges", "output_meta",
-                 "_output_ids", "_seq", "_freed", "_retained", "__weakref__")
+                 "_output_ids", "_seq", "_freed", "_retained", "_versions", "__weakref__")
 
     def __init__(self, spec: OpSpec, backward_fn: CompiledBackward, attrs: dict, saved: dict,
                  edges: list, output_meta: list[TensorMeta], output_ids: dict[int, int]):
@@ -51,6 +51,7 @@ class Node:
         self._seq = next(_sequence)
         self._freed = False
         self._retained = None               # output index -> tensor whose .grad to set (retain_grad)
+        self._versions = _versions(saved)   # [(name, tensor, its version when saved)]
 
     def name(self) -> str:
         return f"{self.op}_backward"
@@ -72,6 +73,25 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<{self.name()}>"
+
+
+def _versions(saved: dict) -> list:
+    out = []
+    for name, value in saved.items():
+        for item in (value if isinstance(value, list) else [value]):
+            version = getattr(item, "_version", None)
+            if version is not None:
+                out.append((name, item, version))
+    return out
+
+
+def _check_versions(node: "Node") -> None:
+    for name, tensor, version in node._versions:
+        if tensor._version != version:
+            raise RuntimeError(
+                f"a tensor that the backward of op {node.op!r} needs ({name!r}, shape {list(tensor.shape)}) was "
+                f"modified by an in-place op after it was used (version {version} -> {tensor._version}); "
+                f"its gradient would be wrong. Use an out-of-place op, or .clone() it before changing it")
 
 
 # ---- the namespace backward formulas are evaluated in ----------------------------------------
@@ -305,7 +325,7 @@ def _evaluate(node: Node, grads: list) -> dict:
     """Runs the formulas of the inputs that need a gradient; returns name -> gradient (list for a list input)."""
     if node._freed:
         raise RuntimeError(_FREED.format(what=f"op {node.op!r}"))
-    spec = node.spec
+    _check_versions(node)
     env = dict(_env())
     env.update(node.attrs)
     env.update(node.saved)
@@ -419,6 +439,7 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
                     _accumulate_leaf(leaf_buffers, target[1], g)
             if not retain_graph:
                 node.saved = {}
+                node._versions = []
                 node._freed = True
         if capture is not None:
             for key, (leaf, g) in leaf_buffers.items():

@@ -1,0 +1,462 @@
+"""The layers: Linear, Conv2d, Embedding, norms, activations, dropout, causal
+attention, containers and the cross-entropy loss. Initialized as PyTorch does,
+from Oar's seeded generator (:mod:`oar.nn.init`)."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Iterable, Iterator
+
+import numpy as np
+
+import oar
+from oar.nn import functional as F
+from oar.nn import init
+from oar.nn.module import Module
+from oar.nn.parameter import Parameter
+
+__all__ = [
+    "Identity", "Linear", "Conv2d", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "GELU", "SiLU", "ReLU",
+    "Sigmoid", "Tanh", "Softmax", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss", "MSELoss",
+    "MultiheadAttention", "RotaryEmbedding", "MaxPool2d", "AvgPool2d", "Flatten",
+]
+
+
+def _empty(shape, dtype=None, device=None):
+    return oar.zeros(list(shape), dtype=dtype or oar.float32, device=device)
+
+
+def _param(shape, dtype=None, device=None) -> Parameter:
+    return Parameter(_empty(shape, dtype, device))
+
+
+class Identity(Module):
+    def forward(self, x):
+        return x
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias; weight [out_features, in_features] ~ U(-1/sqrt(in), 1/sqrt(in))
+    (kaiming_uniform with a = sqrt(5), PyTorch's default), bias likewise."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.weight = _param([out_features, in_features], dtype, device)
+        self.bias = _param([out_features], dtype, device) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Conv2d(Module):
+    """NCHW convolution; weight [out, in/groups, kH, kW], PyTorch's default initialization."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} must be multiples "
+                             f"of groups {groups}")
+        self.in_channels, self.out_channels, self.groups = int(in_channels), int(out_channels), int(groups)
+        self.kernel_size = tuple(F._pair(kernel_size, "kernel_size"))
+        self.stride = tuple(F._pair(stride, "stride"))
+        self.padding = tuple(F._pair(padding, "padding"))
+        self.dilation = tuple(F._pair(dilation, "dilation"))
+        self.weight = _param([out_channels, in_channels // groups, *self.kernel_size], dtype, device)
+        self.bias = _param([out_channels], dtype, device) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init.fan_in_and_fan_out(self.weight)
+            bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, "
+                f"bias={self.bias is not None}")
+
+
+class Embedding(Module):
+    """A lookup table [num_embeddings, embedding_dim] ~ N(0, 1)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, device=None, dtype=None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.weight = _param([num_embeddings, embedding_dim], dtype, device)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+
+    def forward(self, indices):
+        return F.embedding(indices, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+def _normalized(shape) -> list[int]:
+    return [int(shape)] if isinstance(shape, int) else [int(s) for s in shape]
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = tuple(_normalized(normalized_shape))
+        self.eps = float(eps)
+        self.weight = _param(self.normalized_shape, dtype, device) if elementwise_affine else None
+        self.bias = _param(self.normalized_shape, dtype, device) if elementwise_affine and bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+
+
+class RMSNorm(Module):
+    """x / sqrt(mean(x^2) + eps) * weight; eps None means ops.yaml's default (1e-6)."""
+
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = tuple(_normalized(normalized_shape))
+        self.eps = eps
+        self.weight = _param(self.normalized_shape, dtype, device) if elementwise_affine else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+
+
+class Dropout(Module):
+    """Zeroes elements with probability p in training mode. The mask comes from the
+    Philox ``dropout`` op keyed by this module's seed; a counter offset advances with
+    each call, so each call draws a fresh mask and a run is reproducible from the seed."""
+
+    def __init__(self, p: float = 0.5, seed: int | None = None):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1], not {p}")
+        self.p = float(p)
+        if seed is None:
+            # a key of its own: the default generator's seed mixed with a fresh counter
+            base, counter = init.default_generator.next(1)
+            seed = _mix(base, counter)
+        self.seed = int(seed)
+        self.offset = 0
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        offset = self.offset
+        self.offset += (math.prod(x.shape) + 3) // 4 * 4
+        return F.dropout(x, self.p, training=True, seed=self.seed, offset=offset)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def _mix(seed: int, counter: int) -> int:
+    """A 63-bit key from (seed, counter): splitmix64, so neighbouring counters give unrelated keys."""
+    z = (seed * 0x9E3779B97F4A7C15 + counter + 1) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFF
+
+
+class _Activation(Module):
+    def forward(self, x):
+        return self._fn(x)
+
+
+class ReLU(_Activation):
+    _fn = staticmethod(F.relu)
+
+
+class SiLU(_Activation):
+    _fn = staticmethod(F.silu)
+
+
+class Sigmoid(_Activation):
+    _fn = staticmethod(F.sigmoid)
+
+
+class Tanh(_Activation):
+    _fn = staticmethod(F.tanh)
+
+
+class GELU(Module):
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class Softmax(Module):
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return F.softmax(x, self.dim)
+
+
+class Flatten(Module):
+    def __init__(self, start_dim: int = 1):
+        super().__init__()
+        self.start_dim = start_dim
+
+    def forward(self, x):
+        shape = list(x.shape)
+        return oar.reshape(x, shape=shape[:self.start_dim] + [-1])
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x):
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+
+class AvgPool2d(MaxPool2d):
+    def forward(self, x):
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+
+class CrossEntropyLoss(Module):
+    def __init__(self, reduction: str = "mean", ignore_index: int = -100):
+        super().__init__()
+        self.reduction, self.ignore_index = reduction, ignore_index
+
+    def forward(self, logits, target):
+        return F.cross_entropy(logits, target, reduction=self.reduction, ignore_index=self.ignore_index)
+
+
+class MSELoss(Module):
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, x, target):
+        return F.mse_loss(x, target, self.reduction)
+
+
+# ---- containers ---------------------------------------------------------------------------------
+
+class Sequential(Module):
+    """Modules applied in order: ``Sequential(a, b)`` or ``Sequential(OrderedDict(name=a, ...))``."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], (dict, OrderedDict)):
+            for name, module in modules[0].items():
+                self.add_module(name, module)
+        else:
+            for i, module in enumerate(modules):
+                self.add_module(str(i), module)
+
+    def forward(self, x):
+        for module in self._modules.values():
+            x = module(x)
+        return x
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return Sequential(OrderedDict(list(self._modules.items())[index]))
+        return list(self._modules.values())[index]
+
+    def append(self, module: Module) -> "Sequential":
+        self.add_module(str(len(self)), module)
+        return self
+
+
+class ModuleList(Module):
+    def __init__(self, modules: Iterable[Module] | None = None):
+        super().__init__()
+        for module in modules or ():
+            self.append(module)
+
+    def append(self, module: Module) -> "ModuleList":
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules: Iterable[Module]) -> "ModuleList":
+        for module in modules:
+            self.append(module)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return ModuleList(list(self._modules.values())[index])
+        values = list(self._modules.values())
+        return values[index]
+
+    def __setitem__(self, index: int, module: Module) -> None:
+        keys = list(self._modules)
+        self.add_module(keys[index], module)
+
+
+class ModuleDict(Module):
+    def __init__(self, modules: dict | None = None):
+        super().__init__()
+        for name, module in (modules or {}).items():
+            self.add_module(name, module)
+
+    def __getitem__(self, name: str) -> Module:
+        return self._modules[name]
+
+    def __setitem__(self, name: str, module: Module) -> None:
+        self.add_module(name, module)
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def items(self):
+        return self._modules.items()
+
+    def values(self):
+        return self._modules.values()
+
+
+# ---- attention -------------------------------------------------------------------------------------
+
+class RotaryEmbedding(Module):
+    """Rotary position embeddings in the rotate-half layout: applied to q and k of
+    shape [..., T, head_dim] at positions offset..offset+T-1."""
+
+    def __init__(self, head_dim: int, max_seq_len: int = 2048, theta: float = 10000.0, device=None):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary embeddings need an even head_dim, not {head_dim}")
+        half = head_dim // 2
+        inv_freq = 1.0 / theta ** (np.arange(half, dtype=np.float64) / half)
+        angles = np.outer(np.arange(max_seq_len, dtype=np.float64), inv_freq)
+        angles = np.concatenate([angles, angles], axis=1)
+        self.head_dim, self.max_seq_len = head_dim, max_seq_len
+        self.register_buffer("cos", oar.tensor(np.cos(angles).astype(np.float32), device=device), persistent=False)
+        self.register_buffer("sin", oar.tensor(np.sin(angles).astype(np.float32), device=device), persistent=False)
+
+    @staticmethod
+    def rotate_half(x):
+        half = int(x.shape[-1]) // 2
+        first = oar.slice(x, dim=-1, start=0, stop=half)
+        second = oar.slice(x, dim=-1, start=half, stop=int(x.shape[-1]))
+        return oar.concat([oar.neg(second), first], dim=-1)
+
+    def forward(self, q, k, offset: int = 0):
+        t = int(q.shape[-2])
+        if offset + t > self.max_seq_len:
+            raise ValueError(f"positions up to {offset + t} exceed max_seq_len {self.max_seq_len}")
+        cos = oar.slice(self.cos, dim=0, start=offset, stop=offset + t)
+        sin = oar.slice(self.sin, dim=0, start=offset, stop=offset + t)
+        if cos.dtype != q.dtype:
+            cos, sin = oar.cast(cos, dtype=q.dtype), oar.cast(sin, dtype=q.dtype)
+        rot = lambda x: oar.add(oar.mul(x, cos), oar.mul(self.rotate_half(x), sin))  # noqa: E731
+        return rot(q), rot(k)
+
+
+class MultiheadAttention(Module):
+    """Self-attention over x [B, T, D]: q, k, v projections, ``num_heads`` heads,
+    softmax(q k^T / sqrt(hd) + causal mask) v, an output projection.
+
+    ``rotary``: an optional hook ``rotary(q, k) -> (q, k)`` applied per head
+    ([B, H, T, hd]), e.g. a :class:`RotaryEmbedding`.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
+                 causal: bool = True, rotary: Module | None = None, device=None, dtype=None):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not a multiple of num_heads {num_heads}")
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.causal, self.dropout = causal, float(dropout)
+        self.q_proj = Linear(embed_dim, embed_dim, bias, device, dtype)
+        self.k_proj = Linear(embed_dim, embed_dim, bias, device, dtype)
+        self.v_proj = Linear(embed_dim, embed_dim, bias, device, dtype)
+        self.out_proj = Linear(embed_dim, embed_dim, bias, device, dtype)
+        self.rotary = rotary
+        self.attn_dropout = Dropout(dropout) if dropout > 0 else None
+
+    def _heads(self, x, b: int, t: int):
+        return oar.transpose(oar.reshape(x, shape=[b, t, self.num_heads, self.head_dim]), dim0=1, dim1=2)
+
+    def forward(self, x, attn_mask=None):
+        b, t, d = (int(s) for s in x.shape)
+        if d != self.embed_dim:
+            raise ValueError(f"input of width {d} to attention of embed_dim {self.embed_dim}")
+        q, k, v = (self._heads(proj(x), b, t) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        if self.rotary is not None:
+            q, k = self.rotary(q, k)
+        scores = oar.mul(oar.matmul(q, oar.transpose(k, dim0=-2, dim1=-1)), 1.0 / math.sqrt(self.head_dim))
+        if self.causal:
+            scores = oar.add(scores, F.causal_mask(t, t, scores.dtype, scores.device))
+        if attn_mask is not None:
+            scores = oar.add(scores, attn_mask)
+        probs = F.softmax(scores, dim=-1)
+        if self.attn_dropout is not None:
+            probs = self.attn_dropout(probs)
+        out = oar.matmul(probs, v)
+        out = oar.reshape(oar.transpose(out, dim0=1, dim1=2), shape=[b, t, d])
+        return self.out_proj(out)
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, causal={self.causal}"

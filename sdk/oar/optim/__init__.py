@@ -1,0 +1,8 @@
+"""Optimizers and learning-rate schedules (``import oar.optim``)."""
+
+from oar.optim import lr_scheduler
+from oar.optim.adamw import Adam, AdamW
+from oar.optim.optimizer import Optimizer, OptimizerStateError
+from oar.optim.sgd import SGD
+
+__all__ = ["Adam", "AdamW", "Optimizer", "OptimizerStateError", "SGD", "lr_scheduler"]
