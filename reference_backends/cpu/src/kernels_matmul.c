@@ -1,24 +1,35 @@
-/* matmul: a [..., M, K] @ b [..., K, N] -> out [..., M, N] through the BLAS
-   (scipy_cblas_sgemm); matrices BLAS cannot address go through a scratch copy. */
-#include "kernels.h"
+/* matmul and bmm: a [..., M, K] @ b [..., K, N] -> out [..., M, N] through the
+   BLAS (scipy_cblas_sgemm / scipy_cblas_dgemm). Operands stored row- or
+   column-major are passed as BLAS (trans)poses in place; others go through a
+   compact scratch copy. Batch dims that b broadcasts (stride 0) fold into M
+   when a and out allow, so x [B, T, K] @ w [K, N] is one gemm. */
+#include "kernels_nn_util.h"
 
 #include <cblas.h>
+#include <inttypes.h>
 #include <stdlib.h>
 
-/* How BLAS reads one operand: in place (row- or column-major) or via scratch. */
+/* How BLAS reads one matrix operand: in place (row- or column-major) or via scratch. */
 typedef struct matrix_access {
-  tensor_view view;  /* the last two dims; data set per batch */
+  tensor_view view;  /* the matrix (2 dims); data set per batch */
   bool direct;
   bool transposed;   /* true: stored column-major */
   int64_t ld;
-  float* scratch;    /* compact row-major copy when !direct */
 } matrix_access;
 
-typedef struct matmul_context {
+typedef struct matmul_plan {
+  bool f64;
   int64_t m, n, k;
   matrix_access a, b, out;
   bool out_column_major;
-} matmul_context;
+  int batch_ndim;                   /* batch dims left after folding */
+  int64_t batch_shape[REFCPU_MAX_DIMS];
+  int64_t batch_strides[3][REFCPU_MAX_DIMS]; /* elements: a, b, out */
+  int64_t batches;
+  char *a_data, *b_data, *out_data;
+  char* scratch;                    /* per chunk: the non-direct matrices */
+  size_t scratch_per_chunk;         /* bytes */
+} matmul_plan;
 
 /* A rows x cols matrix with element strides is BLAS-addressable when one stride
    is 1 and the other covers the row (or column); strides of size-1 dims are free. */
@@ -39,109 +50,185 @@ static bool blas_layout(int64_t rows, int64_t cols, int64_t row_stride, int64_t 
   return false;
 }
 
-static void plan_access(matrix_access* access, const tensor_view* full, int64_t rows, int64_t cols) {
-  int n = full->ndim;
+static void plan_access(matrix_access* access, const tensor_view* full, int64_t rows, int64_t cols,
+                        int64_t row_stride, int64_t col_stride) {
   access->view = (tensor_view){.ndim = 2, .elem_size = full->elem_size, .dtype = full->dtype,
-                               .shape = {rows, cols},
-                               .strides = {full->strides[n - 2], full->strides[n - 1]}};
-  access->direct = blas_layout(rows, cols, full->strides[n - 2], full->strides[n - 1],
-                               &access->transposed, &access->ld);
+                               .shape = {rows, cols}, .strides = {row_stride, col_stride}};
+  access->direct = blas_layout(rows, cols, row_stride, col_stride, &access->transposed, &access->ld);
   if (!access->direct) {
     access->transposed = false;
     access->ld = cols > 1 ? cols : 1;
   }
 }
 
-static tensor_view compact_view(const matrix_access* access, float* data) {
-  tensor_view view = access->view;
-  view.data = (char*)data;
-  view.strides[0] = access->view.shape[1];
-  view.strides[1] = 1;
-  return view;
+static size_t access_scratch_bytes(const matrix_access* access) {
+  if (access->direct) return 0;
+  return (size_t)(access->view.shape[0] * access->view.shape[1] * access->view.elem_size);
 }
 
-static void gemm_one(const matmul_context* mm, char* a_data, char* b_data, char* out_data) {
-  const float* a = (const float*)a_data;
-  const float* b = (const float*)b_data;
-  float* out = mm->out.direct ? (float*)out_data : mm->out.scratch;
+static void gemm_call(bool f64, bool column_major, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                      int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, void* c,
+                      int64_t ldc) {
+  enum CBLAS_ORDER order = column_major ? CblasColMajor : CblasRowMajor;
+  enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+  enum CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+  if (f64)
+    scipy_cblas_dgemm(order, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0, a, (blasint)lda, b,
+                      (blasint)ldb, 0.0, c, (blasint)ldc);
+  else
+    scipy_cblas_sgemm(order, ta, tb, (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b,
+                      (blasint)ldb, 0.0f, c, (blasint)ldc);
+}
+
+/* One gemm; scratch holds room for the non-direct operands. */
+static void gemm_one(const matmul_plan* mm, char* a_data, char* b_data, char* out_data, char* scratch) {
+  const char* a = a_data;
+  const char* b = b_data;
+  char* out = out_data;
   if (!mm->a.direct) {
-    tensor_view source = mm->a.view, target = compact_view(&mm->a, mm->a.scratch);
-    source.data = a_data;
-    copy_strided(&target, &source);
-    a = mm->a.scratch;
+    nn_pack(scratch, a_data, 2, mm->a.view.shape, mm->a.view.strides, mm->a.view.elem_size);
+    a = scratch;
+    scratch += access_scratch_bytes(&mm->a);
   }
   if (!mm->b.direct) {
-    tensor_view source = mm->b.view, target = compact_view(&mm->b, mm->b.scratch);
-    source.data = b_data;
-    copy_strided(&target, &source);
-    b = mm->b.scratch;
+    nn_pack(scratch, b_data, 2, mm->b.view.shape, mm->b.view.strides, mm->b.view.elem_size);
+    b = scratch;
+    scratch += access_scratch_bytes(&mm->b);
   }
+  if (!mm->out.direct) out = scratch;
   if (mm->out_column_major) {
-    /* Column-major call: an operand stored row-major is its own transpose there. */
-    scipy_cblas_sgemm(CblasColMajor, mm->a.transposed ? CblasNoTrans : CblasTrans,
-                      mm->b.transposed ? CblasNoTrans : CblasTrans, (blasint)mm->m,
-                      (blasint)mm->n, (blasint)mm->k, 1.0f, a, (blasint)mm->a.ld, b,
-                      (blasint)mm->b.ld, 0.0f, out, (blasint)mm->out.ld);
+    /* Column-major call computes out^T = b^T a^T: an operand stored row-major
+       is its own transpose there. */
+    gemm_call(mm->f64, true, !mm->a.transposed, !mm->b.transposed, mm->m, mm->n, mm->k, a,
+              mm->a.ld, b, mm->b.ld, out, mm->out.ld);
   } else {
-    scipy_cblas_sgemm(CblasRowMajor, mm->a.transposed ? CblasTrans : CblasNoTrans,
-                      mm->b.transposed ? CblasTrans : CblasNoTrans, (blasint)mm->m,
-                      (blasint)mm->n, (blasint)mm->k, 1.0f, a, (blasint)mm->a.ld, b,
-                      (blasint)mm->b.ld, 0.0f, out, (blasint)mm->out.ld);
+    gemm_call(mm->f64, false, mm->a.transposed, mm->b.transposed, mm->m, mm->n, mm->k, a, mm->a.ld,
+              b, mm->b.ld, out, mm->out.ld);
   }
-  if (!mm->out.direct) {
-    tensor_view target = mm->out.view, source = compact_view(&mm->out, mm->out.scratch);
-    target.data = out_data;
-    copy_strided(&target, &source);
+  if (!mm->out.direct)
+    nn_unpack(out_data, out, 2, mm->out.view.shape, mm->out.view.strides, mm->out.view.elem_size);
+}
+
+static void batch_range(void* opaque, int64_t begin, int64_t end, int chunk) {
+  const matmul_plan* mm = opaque;
+  char* scratch = mm->scratch ? mm->scratch + (size_t)chunk * mm->scratch_per_chunk : NULL;
+  int elem = mm->a.view.elem_size;
+  for (int64_t batch = begin; batch < end; batch++) {
+    char* a = mm->a_data + nn_offset_of(batch, mm->batch_ndim, mm->batch_shape, mm->batch_strides[0]) * elem;
+    char* b = mm->b_data + nn_offset_of(batch, mm->batch_ndim, mm->batch_shape, mm->batch_strides[1]) * elem;
+    char* out = mm->out_data + nn_offset_of(batch, mm->batch_ndim, mm->batch_shape, mm->batch_strides[2]) * elem;
+    gemm_one(mm, a, b, out, scratch);
   }
 }
 
-/* One row of the batch odometer: one gemm per batch index. */
-static void batch_row(char* const* p, const int64_t* s, int64_t count, void* opaque) {
-  const matmul_context* mm = opaque;
-  for (int64_t i = 0; i < count; i++) gemm_one(mm, p[0] + i * s[0], p[1] + i * s[1], p[2] + i * s[2]);
-}
-
-static void zero_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
-  (void)opaque;
-  for (int64_t i = 0; i < n; i++) *(float*)(p[0] + i * s[0]) = 0.0f;
-}
-
-oar_status run_matmul(const kernel_command* kernel) {
-  const tensor_view *a = &kernel->inputs[0], *b = &kernel->inputs[1], *out = &kernel->output;
+/* Folds the batch dims into M when b does not move along them (stride 0) and
+   a's and out's batch + M dims are one run each that BLAS reads row-major. */
+static bool fold_batches_into_m(const tensor_view* a, const tensor_view* b, const tensor_view* out,
+                                int64_t* a_row_stride, int64_t* out_row_stride) {
   int n = a->ndim;
-  matmul_context mm = {.m = a->shape[n - 2], .k = a->shape[n - 1], .n = b->shape[n - 1]};
-  if (shape_numel(out->ndim, out->shape) == 0) return OAR_SUCCESS;
+  bool any = false;
+  for (int d = 0; d < n - 2; d++) {
+    if (a->shape[d] == 1) continue;
+    if (b->strides[d] != 0) return false;
+    any = true;
+  }
+  if (!any || shape_numel(n - 1, a->shape) > INT32_MAX) return false; /* the 32-bit BLAS */
+  if (!nn_block_is_linear(n - 1, a->shape, a->strides, a_row_stride) ||
+      !nn_block_is_linear(n - 1, out->shape, out->strides, out_row_stride))
+    return false;
+  /* Row-major with a full row per stride, or BLAS would need a copy of it all. */
+  int64_t k = a->shape[n - 1], cols = out->shape[n - 1];
+  return (k <= 1 || a->strides[n - 1] == 1) && *a_row_stride >= k &&
+         (cols <= 1 || out->strides[n - 1] == 1) && *out_row_stride >= cols;
+}
+
+static oar_status run_matmul_common(const kernel_command* cmd, const char* op) {
+  const tensor_view *a = &cmd->inputs[0], *b = &cmd->inputs[1], *out = &cmd->outputs[0];
+  int n = a->ndim;
+  matmul_plan mm = {.f64 = out->dtype == DTYPE_F64, .m = a->shape[n - 2], .k = a->shape[n - 1],
+                    .n = b->shape[n - 1], .a_data = a->data, .b_data = b->data,
+                    .out_data = out->data};
+  if (view_numel(out) == 0) return OAR_SUCCESS;
   if (mm.k == 0) {
-    /* An empty sum: zeros, without reading a or b (they hold no data). */
-    const tensor_view* views[1] = {out};
-    strided_plan plan;
-    strided_plan_views(&plan, 1, views);
-    char* base[1] = {out->data};
-    strided_for_each_row(&plan, base, zero_row, NULL);
+    nn_zero_view(out); /* an empty sum, without reading a or b (they hold no data) */
     return OAR_SUCCESS;
   }
-  plan_access(&mm.a, a, mm.m, mm.k);
-  plan_access(&mm.b, b, mm.k, mm.n);
-  plan_access(&mm.out, out, mm.m, mm.n);
+  int64_t a_row_stride = 0, out_row_stride = 0;
+  if (fold_batches_into_m(a, b, out, &a_row_stride, &out_row_stride)) {
+    int64_t folded_m = shape_numel(n - 1, a->shape);
+    mm.m = folded_m;
+    mm.batch_ndim = 0;
+    plan_access(&mm.a, a, folded_m, mm.k, a_row_stride, a->strides[n - 1]);
+    plan_access(&mm.out, out, folded_m, mm.n, out_row_stride, out->strides[n - 1]);
+  } else {
+    mm.batch_ndim = n - 2;
+    for (int d = 0; d < n - 2; d++) {
+      mm.batch_shape[d] = a->shape[d];
+      mm.batch_strides[0][d] = a->strides[d];
+      mm.batch_strides[1][d] = b->strides[d];
+      mm.batch_strides[2][d] = out->strides[d];
+    }
+    plan_access(&mm.a, a, mm.m, mm.k, a->strides[n - 2], a->strides[n - 1]);
+    plan_access(&mm.out, out, mm.m, mm.n, out->strides[n - 2], out->strides[n - 1]);
+  }
+  plan_access(&mm.b, b, mm.k, mm.n, b->strides[n - 2], b->strides[n - 1]);
   mm.out_column_major = mm.out.direct && mm.out.transposed;
+  mm.batches = shape_numel(mm.batch_ndim, mm.batch_shape);
 
-  oar_status status = OAR_SUCCESS;
-  matrix_access* accesses[3] = {&mm.a, &mm.b, &mm.out};
-  for (int i = 0; i < 3; i++) {
-    matrix_access* access = accesses[i];
-    if (access->direct) continue;
-    access->scratch = malloc((size_t)(access->view.shape[0] * access->view.shape[1]) * sizeof(float));
-    if (!access->scratch)
-      status = refcpu_fail(OAR_ERROR_OUT_OF_MEMORY, "kernel matmul: out of host memory for a scratch matrix");
+  /* OpenBLAS threads a gemm itself from M*N*K = 65536 * 4 on; below that it
+     runs one thread, so batches of such gemms split over the pool instead. */
+  double volume = (double)mm.m * (double)mm.n * (double)mm.k;
+  int chunks = mm.batches > 1 && volume < 262144.0 ? nn_chunk_count(mm.batches, 2.0 * volume) : 1;
+  mm.scratch_per_chunk =
+      access_scratch_bytes(&mm.a) + access_scratch_bytes(&mm.b) + access_scratch_bytes(&mm.out);
+  if (mm.scratch_per_chunk) {
+    mm.scratch = malloc(mm.scratch_per_chunk * (size_t)chunks);
+    if (!mm.scratch)
+      return refcpu_fail(OAR_ERROR_OUT_OF_MEMORY, "kernel %s: out of host memory for a scratch matrix", op);
   }
-  if (status == OAR_SUCCESS) {
-    const int64_t* batch_strides[3] = {a->strides, b->strides, out->strides};
-    int sizes[3] = {sizeof(float), sizeof(float), sizeof(float)};
-    strided_plan batches;
-    strided_plan_make(&batches, n - 2, a->shape, 3, batch_strides, sizes);
-    char* bases[3] = {a->data, b->data, out->data};
-    strided_for_each_row(&batches, bases, batch_row, &mm);
-  }
-  for (int i = 0; i < 3; i++) free(accesses[i]->scratch);
-  return status;
+  nn_parallel_for(mm.batches, chunks, batch_range, &mm);
+  free(mm.scratch);
+  return OAR_SUCCESS;
 }
+
+static oar_status check_matmul_common(const kernel_command* cmd, const char* op) {
+  const tensor_view *a = &cmd->inputs[0], *b = &cmd->inputs[1], *out = &cmd->outputs[0];
+  int n = a->ndim;
+  if (n < 2 || b->ndim != n || out->ndim != n)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: a, b and out need the same ndim >= 2 (got %d, %d, %d; "
+                       "the host broadcasts batch dims)",
+                       op, a->ndim, b->ndim, out->ndim);
+  for (int d = 0; d < n - 2; d++)
+    if (a->shape[d] != b->shape[d] || a->shape[d] != out->shape[d])
+      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                         "kernel_launch: %s: batch dim %d differs: a %" PRId64 ", b %" PRId64
+                         ", out %" PRId64,
+                         op, d, a->shape[d], b->shape[d], out->shape[d]);
+  int64_t m = a->shape[n - 2], k = a->shape[n - 1], n_cols = b->shape[n - 1];
+  if (b->shape[n - 2] != k)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: a is [..., %" PRId64 ", %" PRId64 "] but b is [..., %" PRId64
+                       ", %" PRId64 "]",
+                       op, m, k, b->shape[n - 2], n_cols);
+  if (out->shape[n - 2] != m || out->shape[n - 1] != n_cols)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: out is [..., %" PRId64 ", %" PRId64 "], expected [..., %" PRId64
+                       ", %" PRId64 "]",
+                       op, out->shape[n - 2], out->shape[n - 1], m, n_cols);
+  if (m > INT32_MAX || k > INT32_MAX || n_cols > INT32_MAX)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: M, N, K must fit the 32-bit BLAS", op);
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_check_matmul(kernel_command* cmd) { return check_matmul_common(cmd, "matmul"); }
+oar_status refcpu_run_matmul(const kernel_command* cmd) { return run_matmul_common(cmd, "matmul"); }
+
+oar_status refcpu_check_bmm(kernel_command* cmd) {
+  if (cmd->inputs[0].ndim != 3 || cmd->inputs[1].ndim != 3 || cmd->outputs[0].ndim != 3)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: bmm: a, b and out must be 3-D (got %d, %d, %d dims)",
+                       cmd->inputs[0].ndim, cmd->inputs[1].ndim, cmd->outputs[0].ndim);
+  return check_matmul_common(cmd, "bmm");
+}
+oar_status refcpu_run_bmm(const kernel_command* cmd) { return run_matmul_common(cmd, "bmm"); }
