@@ -1,0 +1,518 @@
+/* Index ops of interface/ops.yaml: embedding, gather, scatter, scatter_add,
+   index_select, index_add, one_hot, tril, triu. Index values are checked on the
+   worker before anything is written: a bad one fails the command with
+   INVALID_ARGUMENT (the stream's sticky error) and leaves out untouched. */
+#include "kernels_nn_util.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+/* ---- shared -------------------------------------------------------------------- */
+
+/* A 0-d view as the 1-d view [1], so dim 0 exists. */
+static tensor_view as_rank1(const tensor_view* view) {
+  tensor_view copy = *view;
+  if (copy.ndim == 0) {
+    copy.ndim = 1;
+    copy.shape[0] = 1;
+    copy.strides[0] = 0;
+  }
+  return copy;
+}
+
+/* view with dim d fixed at index (ndim - 1 dims). */
+static tensor_view drop_dim(const tensor_view* view, int d, int64_t index) {
+  tensor_view sub = *view;
+  if (sub.data) sub.data += index * view->strides[d] * view->elem_size;
+  for (int k = d; k + 1 < view->ndim; k++) {
+    sub.shape[k] = view->shape[k + 1];
+    sub.strides[k] = view->strides[k + 1];
+  }
+  sub.ndim = view->ndim - 1;
+  return sub;
+}
+
+/* Copies element i of a row between byte offsets; size is 1, 2, 4 or 8. */
+static inline void copy_element(char* target, const char* source, int size) {
+  switch (size) {
+    case 1: *(uint8_t*)target = *(const uint8_t*)source; break;
+    case 2: memcpy(target, source, 2); break;
+    case 4: memcpy(target, source, 4); break;
+    default: memcpy(target, source, 8); break;
+  }
+}
+
+/* target += source for the arithmetic dtypes; integers wrap (no signed overflow). */
+static inline void add_element(char* target, const char* source, uint8_t dtype) {
+  switch (dtype) {
+    case DTYPE_F32: {
+      float a, b;
+      memcpy(&a, target, 4);
+      memcpy(&b, source, 4);
+      a += b;
+      memcpy(target, &a, 4);
+      break;
+    }
+    case DTYPE_F64: {
+      double a, b;
+      memcpy(&a, target, 8);
+      memcpy(&b, source, 8);
+      a += b;
+      memcpy(target, &a, 8);
+      break;
+    }
+    case DTYPE_I32: {
+      uint32_t a, b;
+      memcpy(&a, target, 4);
+      memcpy(&b, source, 4);
+      a += b;
+      memcpy(target, &a, 4);
+      break;
+    }
+    default: {
+      uint64_t a, b;
+      memcpy(&a, target, 8);
+      memcpy(&b, source, 8);
+      a += b;
+      memcpy(target, &a, 8);
+      break;
+    }
+  }
+}
+
+static void add_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  uint8_t dtype = *(const uint8_t*)opaque;
+  if (dtype == DTYPE_F32 && s[0] == 4 && s[1] == 4) {
+    float* restrict target = (float*)p[0];
+    const float* restrict source = (const float*)p[1];
+    for (int64_t i = 0; i < n; i++) target[i] += source[i];
+    return;
+  }
+  if (dtype == DTYPE_F64 && s[0] == 8 && s[1] == 8) {
+    double* restrict target = (double*)p[0];
+    const double* restrict source = (const double*)p[1];
+    for (int64_t i = 0; i < n; i++) target[i] += source[i];
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) add_element(p[0] + i * s[0], p[1] + i * s[1], dtype);
+}
+
+/* dst += src over two views of one shape. */
+static void add_view(const tensor_view* dst, const tensor_view* src) {
+  const tensor_view* views[2] = {dst, src};
+  strided_plan plan;
+  strided_plan_views(&plan, 2, views);
+  char* bases[2] = {dst->data, src->data};
+  uint8_t dtype = dst->dtype;
+  strided_for_each_row(&plan, bases, add_row, &dtype);
+}
+
+static bool is_int64(const tensor_view* indices) { return indices->elem_size == 8; }
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+oar_status refcpu_check_embedding(kernel_command* cmd) {
+  const tensor_view *weight = &cmd->inputs[0], *indices = &cmd->inputs[1], *out = &cmd->outputs[0];
+  if (weight->ndim != 2)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: embedding: weight must be 2-D [rows, dim], got %d dims",
+                       weight->ndim);
+  if (indices->ndim + 1 > REFCPU_MAX_DIMS)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: embedding: indices have %d dims, at most %d allowed",
+                       indices->ndim, REFCPU_MAX_DIMS - 1);
+  int64_t expected[REFCPU_MAX_DIMS];
+  memcpy(expected, indices->shape, (size_t)indices->ndim * sizeof expected[0]);
+  expected[indices->ndim] = weight->shape[1];
+  if (!nn_shape_equals(out, indices->ndim + 1, expected))
+    return nn_shape_error("embedding", "out", out, indices->ndim + 1, expected);
+  return OAR_SUCCESS;
+}
+
+typedef struct embedding_job {
+  const tensor_view *weight, *indices, *out;
+  bool linear_indices;
+  int64_t index_stride;
+} embedding_job;
+
+static void embedding_range(void* opaque, int64_t begin, int64_t end, int chunk) {
+  (void)chunk;
+  const embedding_job* job = opaque;
+  const tensor_view *weight = job->weight, *indices = job->indices, *out = job->out;
+  int64_t dim = weight->shape[1];
+  int size = out->elem_size;
+  int64_t weight_step = weight->strides[1], out_step = out->strides[out->ndim - 1];
+  for (int64_t j = begin; j < end; j++) {
+    int64_t index_offset = job->linear_indices
+                               ? j * job->index_stride
+                               : nn_offset_of(j, indices->ndim, indices->shape, indices->strides);
+    int64_t row = nn_load_index(indices->data + index_offset * indices->elem_size, is_int64(indices));
+    const char* source = weight->data + row * weight->strides[0] * size;
+    char* target = out->data + nn_offset_of(j, indices->ndim, out->shape, out->strides) * size;
+    if (weight_step == 1 && out_step == 1) {
+      memcpy(target, source, (size_t)(dim * size));
+    } else {
+      for (int64_t k = 0; k < dim; k++)
+        copy_element(target + k * out_step * size, source + k * weight_step * size, size);
+    }
+  }
+}
+
+oar_status refcpu_run_embedding(const kernel_command* cmd) {
+  const tensor_view *weight = &cmd->inputs[0], *indices = &cmd->inputs[1], *out = &cmd->outputs[0];
+  int64_t count = view_numel(indices);
+  if (count == 0) return OAR_SUCCESS;
+  REFCPU_TRY(nn_check_indices("embedding", indices, weight->shape[0], "the rows of weight", false, 0));
+  if (weight->shape[1] == 0) return OAR_SUCCESS;
+  embedding_job job = {.weight = weight, .indices = indices, .out = out};
+  job.linear_indices = nn_block_is_linear(indices->ndim, indices->shape, indices->strides,
+                                          &job.index_stride);
+  nn_parallel_for(count, nn_chunk_count(count, (double)weight->shape[1]), embedding_range, &job);
+  return OAR_SUCCESS;
+}
+
+/* ---- gather / scatter / scatter_add ---------------------------------------------- */
+
+typedef struct along_dim {
+  int64_t step;  /* bytes between neighbours along dim of the indexed tensor */
+  int size;      /* element bytes */
+  bool int64;    /* indices are int64 */
+  uint8_t dtype;
+} along_dim;
+
+/* Rows of the plan over indices' shape: p[0] indices, p[1] out, p[2] x without dim. */
+static void gather_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  const along_dim* a = opaque;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
+    copy_element(p[1] + i * s[1], p[2] + i * s[2] + index * a->step, a->size);
+  }
+}
+
+/* p[0] indices, p[1] source, p[2] out without dim. */
+static void scatter_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  const along_dim* a = opaque;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
+    copy_element(p[2] + i * s[2] + index * a->step, p[1] + i * s[1], a->size);
+  }
+}
+
+static void scatter_add_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  const along_dim* a = opaque;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
+    add_element(p[2] + i * s[2] + index * a->step, p[1] + i * s[1], a->dtype);
+  }
+}
+
+/* Shapes of gather (source NULL) and scatter: indices no larger than x off dim
+   (and than source everywhere), same ndim throughout. */
+static oar_status check_along_dim(const char* op, const tensor_view* x, const tensor_view* indices,
+                                  const tensor_view* source, const tensor_view* out, int64_t dim_attr) {
+  int32_t dim;
+  REFCPU_TRY(normalize_dim(op, "dim", dim_attr, x->ndim, &dim));
+  if (indices->ndim != x->ndim || (source && source->ndim != x->ndim))
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: x, indices%s need the same ndim (got %d, %d, %d)", op,
+                       source ? " and source" : "", x->ndim, indices->ndim,
+                       source ? source->ndim : indices->ndim);
+  const tensor_view* expected_out = source ? x : indices;
+  if (!nn_shape_equals(out, expected_out->ndim, expected_out->shape))
+    return nn_shape_error(op, "out", out, expected_out->ndim, expected_out->shape);
+  for (int d = 0; d < x->ndim; d++) {
+    if (d != dim && indices->shape[d] > x->shape[d])
+      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                         "kernel_launch: %s: indices dim %d is %" PRId64 ", larger than x's %" PRId64,
+                         op, d, indices->shape[d], x->shape[d]);
+    if (source && indices->shape[d] > source->shape[d])
+      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                         "kernel_launch: %s: indices dim %d is %" PRId64 ", larger than source's %" PRId64,
+                         op, d, indices->shape[d], source->shape[d]);
+  }
+  return OAR_SUCCESS;
+}
+
+static const char* along_text(char* text, size_t bytes, int dim) {
+  snprintf(text, bytes, "dim %d of x", dim);
+  return text;
+}
+
+oar_status refcpu_check_gather(kernel_command* cmd) {
+  return check_along_dim("gather", &cmd->inputs[0], &cmd->inputs[1], NULL, &cmd->outputs[0],
+                         attr_int(cmd, ATTR_gather_dim));
+}
+
+oar_status refcpu_run_gather(const kernel_command* cmd) {
+  tensor_view x = as_rank1(&cmd->inputs[0]), indices = as_rank1(&cmd->inputs[1]);
+  tensor_view out = as_rank1(&cmd->outputs[0]);
+  int32_t dim;
+  REFCPU_TRY(normalize_dim("gather", "dim", attr_int(cmd, ATTR_gather_dim), cmd->inputs[0].ndim, &dim));
+  if (view_numel(&indices) == 0) return OAR_SUCCESS;
+  char what[32];
+  REFCPU_TRY(nn_check_indices("gather", &indices, x.shape[dim], along_text(what, sizeof what, dim),
+                              false, 0));
+  along_dim a = {.step = x.strides[dim] * x.elem_size, .size = x.elem_size, .int64 = is_int64(&indices)};
+  int64_t x_strides[REFCPU_MAX_DIMS];
+  memcpy(x_strides, x.strides, sizeof x_strides);
+  x_strides[dim] = 0;
+  const int64_t* strides[3] = {indices.strides, out.strides, x_strides};
+  int sizes[3] = {indices.elem_size, out.elem_size, x.elem_size};
+  strided_plan plan;
+  strided_plan_make(&plan, indices.ndim, indices.shape, 3, strides, sizes);
+  char* bases[3] = {indices.data, out.data, x.data};
+  strided_for_each_row_parallel(&plan, bases, gather_row, &a);
+  return OAR_SUCCESS;
+}
+
+static oar_status run_scatter_common(const kernel_command* cmd, const char* op, int64_t dim_attr,
+                                     strided_row_fn row) {
+  tensor_view x = as_rank1(&cmd->inputs[0]), indices = as_rank1(&cmd->inputs[1]);
+  tensor_view source = as_rank1(&cmd->inputs[2]), out = as_rank1(&cmd->outputs[0]);
+  int32_t dim;
+  REFCPU_TRY(normalize_dim(op, "dim", dim_attr, cmd->inputs[0].ndim, &dim));
+  char what[32];
+  if (view_numel(&indices) > 0)
+    REFCPU_TRY(nn_check_indices(op, &indices, x.shape[dim], along_text(what, sizeof what, dim),
+                                false, 0));
+  nn_copy_view(&out, &x);
+  if (view_numel(&indices) == 0) return OAR_SUCCESS;
+  along_dim a = {.step = out.strides[dim] * out.elem_size, .size = out.elem_size,
+                 .int64 = is_int64(&indices), .dtype = out.dtype};
+  int64_t out_strides[REFCPU_MAX_DIMS];
+  memcpy(out_strides, out.strides, sizeof out_strides);
+  out_strides[dim] = 0;
+  const int64_t* strides[3] = {indices.strides, source.strides, out_strides};
+  int sizes[3] = {indices.elem_size, source.elem_size, out.elem_size};
+  strided_plan plan;
+  strided_plan_make(&plan, indices.ndim, indices.shape, 3, strides, sizes);
+  char* bases[3] = {indices.data, source.data, out.data};
+  /* In order, on one thread: the last write wins and sums are reproducible. */
+  strided_for_each_row(&plan, bases, row, &a);
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_check_scatter(kernel_command* cmd) {
+  return check_along_dim("scatter", &cmd->inputs[0], &cmd->inputs[1], &cmd->inputs[2],
+                         &cmd->outputs[0], attr_int(cmd, ATTR_scatter_dim));
+}
+
+oar_status refcpu_run_scatter(const kernel_command* cmd) {
+  return run_scatter_common(cmd, "scatter", attr_int(cmd, ATTR_scatter_dim), scatter_row);
+}
+
+oar_status refcpu_check_scatter_add(kernel_command* cmd) {
+  return check_along_dim("scatter_add", &cmd->inputs[0], &cmd->inputs[1], &cmd->inputs[2],
+                         &cmd->outputs[0], attr_int(cmd, ATTR_scatter_add_dim));
+}
+
+oar_status refcpu_run_scatter_add(const kernel_command* cmd) {
+  return run_scatter_common(cmd, "scatter_add", attr_int(cmd, ATTR_scatter_add_dim),
+                            scatter_add_row);
+}
+
+/* ---- index_select / index_add ----------------------------------------------------- */
+
+/* indices are 1-D (or 0-d: one index); out / source is x with dim resized to their count. */
+static oar_status check_index_along(const char* op, const tensor_view* x, const tensor_view* indices,
+                                    const tensor_view* resized, const char* resized_role,
+                                    const tensor_view* out, int64_t dim_attr) {
+  int32_t dim;
+  REFCPU_TRY(normalize_dim(op, "dim", dim_attr, x->ndim, &dim));
+  if (indices->ndim > 1)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: indices must be 1-D, got %d dims", op, indices->ndim);
+  int64_t count = indices->ndim ? indices->shape[0] : 1;
+  int64_t expected[REFCPU_MAX_DIMS];
+  memcpy(expected, x->shape, (size_t)x->ndim * sizeof expected[0]);
+  if (x->ndim > 0) expected[dim] = count;
+  else if (count != 1)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: a 0-d x takes exactly one index, got %" PRId64, op, count);
+  if (!nn_shape_equals(resized, x->ndim, expected))
+    return nn_shape_error(op, resized_role, resized, x->ndim, expected);
+  if (out != resized && !nn_shape_equals(out, x->ndim, x->shape))
+    return nn_shape_error(op, "out", out, x->ndim, x->shape);
+  return OAR_SUCCESS;
+}
+
+typedef struct select_job {
+  tensor_view x, indices, out;
+  int32_t dim;
+} select_job;
+
+static int64_t index_at(const tensor_view* indices, int64_t i) {
+  return nn_load_index(indices->data + i * indices->strides[0] * indices->elem_size,
+                       is_int64(indices));
+}
+
+static void select_range(void* opaque, int64_t begin, int64_t end, int chunk) {
+  (void)chunk;
+  const select_job* job = opaque;
+  for (int64_t i = begin; i < end; i++) {
+    tensor_view target = drop_dim(&job->out, job->dim, i);
+    tensor_view source = drop_dim(&job->x, job->dim, index_at(&job->indices, i));
+    nn_copy_view(&target, &source);
+  }
+}
+
+oar_status refcpu_check_index_select(kernel_command* cmd) {
+  return check_index_along("index_select", &cmd->inputs[0], &cmd->inputs[1], &cmd->outputs[0],
+                           "out", &cmd->outputs[0], attr_int(cmd, ATTR_index_select_dim));
+}
+
+oar_status refcpu_run_index_select(const kernel_command* cmd) {
+  select_job job = {.x = as_rank1(&cmd->inputs[0]), .indices = as_rank1(&cmd->inputs[1]),
+                    .out = as_rank1(&cmd->outputs[0])};
+  REFCPU_TRY(normalize_dim("index_select", "dim", attr_int(cmd, ATTR_index_select_dim), cmd->inputs[0].ndim,
+                           &job.dim));
+  int64_t count = job.indices.shape[0];
+  if (count == 0) return OAR_SUCCESS;
+  char what[32];
+  REFCPU_TRY(nn_check_indices("index_select", &job.indices, job.x.shape[job.dim],
+                              along_text(what, sizeof what, job.dim), false, 0));
+  int64_t slice = view_numel(&job.out) / count;
+  if (slice == 0) return OAR_SUCCESS;
+  nn_parallel_for(count, nn_chunk_count(count, (double)slice), select_range, &job);
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_check_index_add(kernel_command* cmd) {
+  return check_index_along("index_add", &cmd->inputs[0], &cmd->inputs[2], &cmd->inputs[1], "source",
+                           &cmd->outputs[0], attr_int(cmd, ATTR_index_add_dim));
+}
+
+oar_status refcpu_run_index_add(const kernel_command* cmd) {
+  tensor_view x = as_rank1(&cmd->inputs[0]), source = as_rank1(&cmd->inputs[1]);
+  tensor_view indices = as_rank1(&cmd->inputs[2]), out = as_rank1(&cmd->outputs[0]);
+  int32_t dim;
+  REFCPU_TRY(normalize_dim("index_add", "dim", attr_int(cmd, ATTR_index_add_dim), cmd->inputs[0].ndim, &dim));
+  int64_t count = indices.shape[0];
+  char what[32];
+  if (count > 0)
+    REFCPU_TRY(nn_check_indices("index_add", &indices, x.shape[dim], along_text(what, sizeof what, dim),
+                                false, 0));
+  nn_copy_view(&out, &x);
+  if (view_numel(&source) == 0) return OAR_SUCCESS;
+  /* In index order on one thread: repeated indices accumulate reproducibly. */
+  for (int64_t i = 0; i < count; i++) {
+    tensor_view target = drop_dim(&out, dim, index_at(&indices, i));
+    tensor_view slice = drop_dim(&source, dim, i);
+    add_view(&target, &slice);
+  }
+  return OAR_SUCCESS;
+}
+
+/* ---- one_hot ------------------------------------------------------------------------ */
+
+oar_status refcpu_check_one_hot(kernel_command* cmd) {
+  const tensor_view *indices = &cmd->inputs[0], *out = &cmd->outputs[0];
+  int64_t classes = attr_int(cmd, ATTR_one_hot_num_classes);
+  if (classes < 0)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: one_hot: num_classes is %" PRId64 ", must be >= 0", classes);
+  if (indices->ndim + 1 > REFCPU_MAX_DIMS)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: one_hot: indices have %d dims, at most %d allowed",
+                       indices->ndim, REFCPU_MAX_DIMS - 1);
+  int64_t expected[REFCPU_MAX_DIMS];
+  memcpy(expected, indices->shape, (size_t)indices->ndim * sizeof expected[0]);
+  expected[indices->ndim] = classes;
+  if (!nn_shape_equals(out, indices->ndim + 1, expected))
+    return nn_shape_error("one_hot", "out", out, indices->ndim + 1, expected);
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_run_one_hot(const kernel_command* cmd) {
+  const tensor_view *indices = &cmd->inputs[0], *out = &cmd->outputs[0];
+  int64_t classes = attr_int(cmd, ATTR_one_hot_num_classes);
+  int64_t count = view_numel(indices);
+  if (count == 0) return OAR_SUCCESS;
+  REFCPU_TRY(nn_check_indices("one_hot", indices, classes, "num_classes", false, 0));
+  nn_zero_view(out);
+  int64_t class_stride = out->strides[out->ndim - 1];
+  for (int64_t j = 0; j < count; j++) {
+    int64_t value = nn_load_index(
+        indices->data + nn_offset_of(j, indices->ndim, indices->shape, indices->strides) * indices->elem_size,
+        is_int64(indices));
+    int64_t offset = nn_offset_of(j, indices->ndim, out->shape, out->strides) + value * class_stride;
+    int64_t one = 1;
+    memcpy(out->data + offset * (int64_t)sizeof(int64_t), &one, sizeof one);
+  }
+  return OAR_SUCCESS;
+}
+
+/* ---- tril / triu ---------------------------------------------------------------------- */
+
+static oar_status check_triangle(const char* op, const kernel_command* cmd) {
+  const tensor_view *x = &cmd->inputs[0], *out = &cmd->outputs[0];
+  if (x->ndim < 2)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: x needs at least 2 dims, got %d", op, x->ndim);
+  if (!nn_shape_equals(out, x->ndim, x->shape)) return nn_shape_error(op, "out", out, x->ndim, x->shape);
+  return OAR_SUCCESS;
+}
+
+typedef struct triangle_job {
+  const tensor_view *x, *out;
+  int64_t diagonal;
+  bool lower;
+} triangle_job;
+
+/* Items are matrix rows across the batch. */
+static void triangle_range(void* opaque, int64_t begin, int64_t end, int chunk) {
+  (void)chunk;
+  const triangle_job* job = opaque;
+  const tensor_view *x = job->x, *out = job->out;
+  int n = x->ndim, size = x->elem_size;
+  int64_t rows = x->shape[n - 2], cols = x->shape[n - 1];
+  int64_t x_step = x->strides[n - 1], out_step = out->strides[n - 1];
+  for (int64_t item = begin; item < end; item++) {
+    int64_t row = item % rows;
+    int64_t batch = item / rows;
+    const char* source = x->data + (nn_offset_of(batch, n - 2, x->shape, x->strides) + row * x->strides[n - 2]) * size;
+    char* target = out->data + (nn_offset_of(batch, n - 2, out->shape, out->strides) + row * out->strides[n - 2]) * size;
+    /* Kept columns: tril j <= row + diagonal; triu j >= row + diagonal. */
+    int64_t edge = row + job->diagonal;
+    int64_t keep_begin = job->lower ? 0 : edge, keep_end = job->lower ? edge + 1 : cols;
+    if (keep_begin < 0) keep_begin = 0;
+    if (keep_end > cols) keep_end = cols;
+    if (keep_end < keep_begin) keep_end = keep_begin;
+    if (x_step == 1 && out_step == 1) {
+      memset(target, 0, (size_t)(keep_begin * size));
+      memcpy(target + keep_begin * size, source + keep_begin * size,
+             (size_t)((keep_end - keep_begin) * size));
+      memset(target + keep_end * size, 0, (size_t)((cols - keep_end) * size));
+    } else {
+      for (int64_t j = 0; j < cols; j++) {
+        char* cell = target + j * out_step * size;
+        if (j >= keep_begin && j < keep_end) copy_element(cell, source + j * x_step * size, size);
+        else memset(cell, 0, (size_t)size);
+      }
+    }
+  }
+}
+
+static oar_status run_triangle(const kernel_command* cmd, int64_t diagonal, bool lower) {
+  const tensor_view *x = &cmd->inputs[0], *out = &cmd->outputs[0];
+  int64_t numel = view_numel(x);
+  if (numel == 0) return OAR_SUCCESS;
+  int64_t rows = x->shape[x->ndim - 2], cols = x->shape[x->ndim - 1];
+  /* Beyond +-(rows + cols) every diagonal keeps all or nothing; clamping avoids overflow. */
+  int64_t reach = rows + cols;
+  if (diagonal > reach) diagonal = reach;
+  if (diagonal < -reach) diagonal = -reach;
+  triangle_job job = {.x = x, .out = out, .diagonal = diagonal, .lower = lower};
+  int64_t items = numel / cols;
+  nn_parallel_for(items, nn_chunk_count(items, (double)cols), triangle_range, &job);
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_check_tril(kernel_command* cmd) { return check_triangle("tril", cmd); }
+oar_status refcpu_run_tril(const kernel_command* cmd) {
+  return run_triangle(cmd, attr_int(cmd, ATTR_tril_diagonal), true);
+}
+oar_status refcpu_check_triu(kernel_command* cmd) { return check_triangle("triu", cmd); }
+oar_status refcpu_run_triu(const kernel_command* cmd) {
+  return run_triangle(cmd, attr_int(cmd, ATTR_triu_diagonal), false);
+}

@@ -1,0 +1,321 @@
+/* Row kernels of kernels_nn.c for one float type, included once per type with
+ *   NN_T     the element type (float or double)
+ *   NN_FN(n) the name n with the type's suffix
+ *   NN_EXP   exp for NN_T
+ * Rows are contiguous here (the caller packs strided ones); sums accumulate in
+ * eight double lanes, which vectorize without reassociating. */
+
+/* ---- sums ------------------------------------------------------------------ */
+
+static double NN_FN(row_sum)(const NN_T* restrict x, int64_t n) {
+  double lanes[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) lanes[l] += (double)x[i + l];
+  double sum = 0;
+  for (int l = 0; l < 8; l++) sum += lanes[l];
+  for (; i < n; i++) sum += (double)x[i];
+  return sum;
+}
+
+/* sum (x - center)^2 */
+static double NN_FN(row_sum_squares)(const NN_T* restrict x, int64_t n, double center) {
+  double lanes[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) {
+      double d = (double)x[i + l] - center;
+      lanes[l] += d * d;
+    }
+  double sum = 0;
+  for (int l = 0; l < 8; l++) sum += lanes[l];
+  for (; i < n; i++) {
+    double d = (double)x[i] - center;
+    sum += d * d;
+  }
+  return sum;
+}
+
+/* g = grad * weight (weight may be NULL): *sum_g = sum g, *sum_gx = sum g * (x - center). */
+static void NN_FN(row_grad_sums)(const NN_T* restrict grad, const NN_T* restrict x,
+                                 const NN_T* restrict weight, int64_t n, double center,
+                                 double* sum_g, double* sum_gx) {
+  double g_lanes[8] = {0}, gx_lanes[8] = {0};
+  int64_t i = 0;
+  if (weight) {
+    for (; i + 8 <= n; i += 8)
+      for (int l = 0; l < 8; l++) {
+        double g = (double)grad[i + l] * (double)weight[i + l];
+        g_lanes[l] += g;
+        gx_lanes[l] += g * ((double)x[i + l] - center);
+      }
+  } else {
+    for (; i + 8 <= n; i += 8)
+      for (int l = 0; l < 8; l++) {
+        double g = (double)grad[i + l];
+        g_lanes[l] += g;
+        gx_lanes[l] += g * ((double)x[i + l] - center);
+      }
+  }
+  double sg = 0, sgx = 0;
+  for (int l = 0; l < 8; l++) {
+    sg += g_lanes[l];
+    sgx += gx_lanes[l];
+  }
+  for (; i < n; i++) {
+    double g = (double)grad[i] * (weight ? (double)weight[i] : 1.0);
+    sg += g;
+    sgx += g * ((double)x[i] - center);
+  }
+  *sum_g = sg;
+  *sum_gx = sgx;
+}
+
+/* ---- layer_norm / rms_norm ------------------------------------------------------- */
+
+/* out = (x - mean) * rstd * weight + bias; rms (center 0, no bias) when rms. */
+static void NN_FN(norm_row)(const NN_T* restrict x, const NN_T* restrict weight,
+                            const NN_T* restrict bias, NN_T* restrict out, int64_t n, double eps,
+                            bool rms) {
+  double mean = rms ? 0.0 : NN_FN(row_sum)(x, n) / (double)n;
+  double var = NN_FN(row_sum_squares)(x, n, mean) / (double)n;
+  NN_T m = (NN_T)mean, r = (NN_T)(1.0 / sqrt(var + eps));
+  if (weight && bias) {
+    for (int64_t i = 0; i < n; i++) out[i] = (x[i] - m) * r * weight[i] + bias[i];
+  } else if (weight) {
+    for (int64_t i = 0; i < n; i++) out[i] = (x[i] - m) * r * weight[i];
+  } else if (bias) {
+    for (int64_t i = 0; i < n; i++) out[i] = (x[i] - m) * r + bias[i];
+  } else {
+    for (int64_t i = 0; i < n; i++) out[i] = (x[i] - m) * r;
+  }
+}
+
+/* layer_norm: out = rstd * (g - mean(g) - xhat * mean(g * xhat));
+   rms_norm:   out = rstd * (g - xhat * mean(g * xhat)); g = grad * weight. */
+static void NN_FN(norm_backward_row)(const NN_T* restrict grad, const NN_T* restrict x,
+                                     const NN_T* restrict weight, NN_T* restrict out, int64_t n,
+                                     double eps, bool rms) {
+  double mean = rms ? 0.0 : NN_FN(row_sum)(x, n) / (double)n;
+  double var = NN_FN(row_sum_squares)(x, n, mean) / (double)n;
+  double rstd = 1.0 / sqrt(var + eps);
+  double sum_g, sum_gx;
+  NN_FN(row_grad_sums)(grad, x, weight, n, mean, &sum_g, &sum_gx);
+  /* xhat * mean(g * xhat) = (x - mean) * rstd^2 * sum_gx / n */
+  NN_T r = (NN_T)rstd, m = (NN_T)mean;
+  NN_T shift = rms ? (NN_T)0 : (NN_T)(sum_g / (double)n);
+  NN_T slope = (NN_T)(rstd * rstd * sum_gx / (double)n);
+  if (weight) {
+    for (int64_t i = 0; i < n; i++)
+      out[i] = r * (grad[i] * weight[i] - shift - (x[i] - m) * slope);
+  } else {
+    for (int64_t i = 0; i < n; i++) out[i] = r * (grad[i] - shift - (x[i] - m) * slope);
+  }
+}
+
+/* ---- cross_entropy --------------------------------------------------------------- */
+
+static NN_T NN_FN(row_max)(const NN_T* restrict x, int64_t n) {
+  NN_T best = x[0];
+  bool nan = false;
+  for (int64_t i = 0; i < n; i++) {
+    best = x[i] > best ? x[i] : best;
+    nan |= x[i] != x[i];
+  }
+  return nan ? (NN_T)NAN : best;
+}
+
+/* sum exp(x - max), eight double lanes. */
+static double NN_FN(row_sum_exp)(const NN_T* restrict x, int64_t n, NN_T max) {
+  double lanes[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) lanes[l] += (double)NN_EXP(x[i + l] - max);
+  double sum = 0;
+  for (int l = 0; l < 8; l++) sum += lanes[l];
+  for (; i < n; i++) sum += (double)NN_EXP(x[i] - max);
+  return sum;
+}
+
+/* logsumexp(x) - x[target] */
+static double NN_FN(cross_entropy_row)(const NN_T* restrict x, int64_t n, int64_t target) {
+  NN_T max = NN_FN(row_max)(x, n);
+  double sum = NN_FN(row_sum_exp)(x, n, max);
+  return log(sum) + (double)max - (double)x[target];
+}
+
+/* out = (softmax(x) - one_hot(target)) * scale */
+static void NN_FN(cross_entropy_backward_row)(const NN_T* restrict x, NN_T* restrict out,
+                                              int64_t n, int64_t target, double scale) {
+  NN_T max = NN_FN(row_max)(x, n);
+  double lanes[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) {
+      NN_T e = NN_EXP(x[i + l] - max);
+      out[i + l] = e;
+      lanes[l] += (double)e;
+    }
+  double sum = 0;
+  for (int l = 0; l < 8; l++) sum += lanes[l];
+  for (; i < n; i++) {
+    NN_T e = NN_EXP(x[i] - max);
+    out[i] = e;
+    sum += (double)e;
+  }
+  NN_T factor = (NN_T)(scale / sum);
+  for (i = 0; i < n; i++) out[i] *= factor;
+  out[target] -= (NN_T)scale;
+}
+
+/* ---- pooling (one N*C plane: x [H, W] with strides, out [OH, OW] with strides) ----- */
+
+typedef struct NN_FN(pool_plane) {
+  const NN_T* x;
+  int64_t x_row, x_col; /* element strides */
+  NN_T* out;
+  int64_t out_row, out_col;
+} NN_FN(pool_plane);
+
+static void NN_FN(max_pool_plane)(const pool_geometry* g, const NN_FN(pool_plane) * p) {
+  for (int64_t oh = 0; oh < g->out_h; oh++)
+    for (int64_t ow = 0; ow < g->out_w; ow++) {
+      int64_t h0 = oh * g->stride[0] - g->padding[0], w0 = ow * g->stride[1] - g->padding[1];
+      NN_T best = -(NN_T)INFINITY;
+      for (int64_t kh = 0; kh < g->kernel[0]; kh++) {
+        int64_t h = h0 + kh;
+        if (h < 0 || h >= g->in_h) continue;
+        for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
+          int64_t w = w0 + kw;
+          if (w < 0 || w >= g->in_w) continue;
+          NN_T v = p->x[h * p->x_row + w * p->x_col];
+          if (v > best || (v != v && best == best)) best = v; /* the first NaN wins */
+        }
+      }
+      p->out[oh * p->out_row + ow * p->out_col] = best;
+    }
+}
+
+/* grad is the plane of the forward's out shape (read through out/out_row/out_col),
+   x the forward input, dx (x's shape, compact rows) receives the gradient. */
+static void NN_FN(max_pool_backward_plane)(const pool_geometry* g, const NN_FN(pool_plane) * p,
+                                           NN_T* restrict dx) {
+  for (int64_t i = 0; i < g->in_h * g->in_w; i++) dx[i] = 0;
+  for (int64_t oh = 0; oh < g->out_h; oh++)
+    for (int64_t ow = 0; ow < g->out_w; ow++) {
+      int64_t h0 = oh * g->stride[0] - g->padding[0], w0 = ow * g->stride[1] - g->padding[1];
+      NN_T best = -(NN_T)INFINITY;
+      int64_t where = -1;
+      for (int64_t kh = 0; kh < g->kernel[0]; kh++) {
+        int64_t h = h0 + kh;
+        if (h < 0 || h >= g->in_h) continue;
+        for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
+          int64_t w = w0 + kw;
+          if (w < 0 || w >= g->in_w) continue;
+          NN_T v = p->x[h * p->x_row + w * p->x_col];
+          if (where < 0 || v > best || (v != v && best == best)) {
+            best = v;
+            where = h * g->in_w + w;
+          }
+        }
+      }
+      if (where >= 0) dx[where] += p->out[oh * p->out_row + ow * p->out_col];
+    }
+}
+
+static void NN_FN(avg_pool_plane)(const pool_geometry* g, const NN_FN(pool_plane) * p) {
+  double divisor = (double)(g->kernel[0] * g->kernel[1]);
+  for (int64_t oh = 0; oh < g->out_h; oh++)
+    for (int64_t ow = 0; ow < g->out_w; ow++) {
+      int64_t h0 = oh * g->stride[0] - g->padding[0], w0 = ow * g->stride[1] - g->padding[1];
+      double sum = 0;
+      for (int64_t kh = 0; kh < g->kernel[0]; kh++) {
+        int64_t h = h0 + kh;
+        if (h < 0 || h >= g->in_h) continue;
+        for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
+          int64_t w = w0 + kw;
+          if (w < 0 || w >= g->in_w) continue;
+          sum += (double)p->x[h * p->x_row + w * p->x_col];
+        }
+      }
+      p->out[oh * p->out_row + ow * p->out_col] = (NN_T)(sum / divisor);
+    }
+}
+
+static void NN_FN(avg_pool_backward_plane)(const pool_geometry* g, const NN_FN(pool_plane) * p,
+                                           NN_T* restrict dx) {
+  for (int64_t i = 0; i < g->in_h * g->in_w; i++) dx[i] = 0;
+  NN_T inverse = (NN_T)(1.0 / (double)(g->kernel[0] * g->kernel[1]));
+  for (int64_t oh = 0; oh < g->out_h; oh++)
+    for (int64_t ow = 0; ow < g->out_w; ow++) {
+      int64_t h0 = oh * g->stride[0] - g->padding[0], w0 = ow * g->stride[1] - g->padding[1];
+      NN_T share = p->out[oh * p->out_row + ow * p->out_col] * inverse;
+      for (int64_t kh = 0; kh < g->kernel[0]; kh++) {
+        int64_t h = h0 + kh;
+        if (h < 0 || h >= g->in_h) continue;
+        for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
+          int64_t w = w0 + kw;
+          if (w < 0 || w >= g->in_w) continue;
+          dx[h * g->in_w + w] += share;
+        }
+      }
+    }
+}
+
+/* ---- convolution: im2col / col2im over one sample and group ------------------------ */
+
+/* col [ck, out_h * out_w] (row (c * k_h + i) * k_w + j) from the group's input
+   channels x (element strides c_stride, h_stride, w_stride); padding reads 0. */
+static void NN_FN(im2col)(const NN_T* x, int64_t c_stride, int64_t h_stride, int64_t w_stride,
+                          const conv_geometry* g, NN_T* restrict col) {
+  int64_t out_w = g->out_w, spatial = g->out_h * g->out_w;
+  for (int64_t c = 0; c < g->group_in; c++)
+    for (int64_t i = 0; i < g->k_h; i++)
+      for (int64_t j = 0; j < g->k_w; j++) {
+        NN_T* row = col + ((c * g->k_h + i) * g->k_w + j) * spatial;
+        int64_t begin, end;
+        conv_valid_range(g, j, &begin, &end);
+        int64_t w_shift = j * g->dilation[1] - g->padding[1];
+        for (int64_t oh = 0; oh < g->out_h; oh++) {
+          NN_T* target = row + oh * out_w;
+          int64_t h = oh * g->stride[0] - g->padding[0] + i * g->dilation[0];
+          if (h < 0 || h >= g->in_h) {
+            for (int64_t ow = 0; ow < out_w; ow++) target[ow] = 0;
+            continue;
+          }
+          const NN_T* source = x + c * c_stride + h * h_stride;
+          for (int64_t ow = 0; ow < begin; ow++) target[ow] = 0;
+          if (g->stride[1] == 1 && w_stride == 1) {
+            for (int64_t ow = begin; ow < end; ow++) target[ow] = source[ow + w_shift];
+          } else {
+            for (int64_t ow = begin; ow < end; ow++)
+              target[ow] = source[(ow * g->stride[1] + w_shift) * w_stride];
+          }
+          for (int64_t ow = end; ow < out_w; ow++) target[ow] = 0;
+        }
+      }
+}
+
+/* dx [group_in, in_h, in_w] (compact) += the columns of col, the adjoint of im2col. */
+static void NN_FN(col2im_add)(const NN_T* restrict col, const conv_geometry* g, NN_T* restrict dx) {
+  int64_t out_w = g->out_w, spatial = g->out_h * g->out_w, plane = g->in_h * g->in_w;
+  for (int64_t c = 0; c < g->group_in; c++)
+    for (int64_t i = 0; i < g->k_h; i++)
+      for (int64_t j = 0; j < g->k_w; j++) {
+        const NN_T* row = col + ((c * g->k_h + i) * g->k_w + j) * spatial;
+        int64_t begin, end;
+        conv_valid_range(g, j, &begin, &end);
+        int64_t w_shift = j * g->dilation[1] - g->padding[1];
+        for (int64_t oh = 0; oh < g->out_h; oh++) {
+          int64_t h = oh * g->stride[0] - g->padding[0] + i * g->dilation[0];
+          if (h < 0 || h >= g->in_h) continue;
+          NN_T* target = dx + c * plane + h * g->in_w;
+          const NN_T* source = row + oh * out_w;
+          if (g->stride[1] == 1) {
+            for (int64_t ow = begin; ow < end; ow++) target[ow + w_shift] += source[ow];
+          } else {
+            for (int64_t ow = begin; ow < end; ow++) target[ow * g->stride[1] + w_shift] += source[ow];
+          }
+        }
+      }
+}
