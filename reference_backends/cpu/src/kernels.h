@@ -271,6 +271,7 @@ static inline float refcpu_expf(float x) {
   const float log2e = 1.44269504088896341f;
   const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
   float clamped = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
+  clamped = clamped == clamped ? clamped : 0.0f; /* NaN: computed on 0, returned as x below */
   const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
   float t = clamped * log2e + shifter;
   float n = t - shifter;
@@ -287,7 +288,7 @@ static inline float refcpu_expf(float x) {
   memcpy(&bits, &t, sizeof bits);
   int32_t k = bits - 0x4B400000; /* n as an integer, |n| <= 151 */
   int32_t k1 = k / 2, k2 = k - k1; /* two steps so subnormal results and 2^128 scale correctly */
-  int32_t s1 = (k1 + 127) << 23, s2 = (k2 + 127) << 23;
+  uint32_t s1 = (uint32_t)(k1 + 127) << 23, s2 = (uint32_t)(k2 + 127) << 23;
   float f1, f2;
   memcpy(&f1, &s1, sizeof f1);
   memcpy(&f2, &s2, sizeof f2);

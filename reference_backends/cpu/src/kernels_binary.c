@@ -158,7 +158,7 @@ RUN_BINARY(logical_or, true)
    u = k (x + c x^3): 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s), so
    d/dx = s + 2 x s (1 - s) k (1 + 3 c x^2), without cancellation. */
 #define GELU_DX_ERF(T, x) \
-  ((T)0.5 * ((T)1 + erf((x) * (T)0.70710678118654752440)) + \
+  ((T)0.5 * erfc((x) * (T)-0.70710678118654752440) + \
    (x) * (T)0.39894228040143267794 * EXP_T((T)-0.5 * (x) * (x)))
 #define GELU_SIGMOID_2U(T, x) \
   ((T)1 / ((T)1 + EXP_T((T)-1.5957691216057307 * ((x) + (T)0.044715 * (x) * (x) * (x)))))

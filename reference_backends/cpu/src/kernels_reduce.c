@@ -145,6 +145,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 DEFINE_FOLD(sum_f32, float, double, float, 0.0, SUM_ACC, SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_f64, double, double, double, 0.0, SUM_ACC, SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_i32, int32_t, int64_t, int64_t, 0, INT_SUM_ACC, INT_SUM_JOIN, SUM_FINAL)
+DEFINE_FOLD(sum_i32_i32, int32_t, int64_t, int32_t, 0, INT_SUM_ACC, INT_SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_i64, int64_t, int64_t, int64_t, 0, INT_SUM_ACC, INT_SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_b8, uint8_t, int64_t, int64_t, 0, BOOL_SUM_ACC, SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(mean_f32, float, double, float, 0.0, SUM_ACC, SUM_JOIN, MEAN_FINAL)
@@ -425,7 +426,9 @@ oar_status refcpu_run_sum(const kernel_command* cmd) {
     fill_out(&cmd->outputs[0], 0.0);
     return OAR_SUCCESS;
   }
-  return run_fold(cmd, sum_f32_run, sum_f64_run, sum_i32_run, sum_i64_run, sum_b8_run, false);
+  bool i32_out = cmd->outputs[0].dtype == DTYPE_I32; /* int32 -> int32 wraps, as "same" */
+  return run_fold(cmd, sum_f32_run, sum_f64_run, i32_out ? sum_i32_i32_run : sum_i32_run, sum_i64_run,
+                  sum_b8_run, false);
 }
 
 oar_status refcpu_run_mean(const kernel_command* cmd) {

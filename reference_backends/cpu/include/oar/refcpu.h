@@ -32,15 +32,69 @@
  *
  * Library kernels
  * ---------------
- * Ops follow interface/ops.yaml. Attributes this plugin reads:
- *   sum/mean/max: "dim" (OAR_ATTR_INTS; absent or empty = all dims; negative
- *     dims count from the end; duplicates rejected), "keepdim" (OAR_ATTR_BOOL,
- *     default false). Accumulation is in double.
- *   fill: "value" (OAR_ATTR_FLOAT, or OAR_ATTR_INT for exact 64-bit ints).
- * Unknown attribute names are rejected, so a misspelt name cannot be ignored.
+ * The op table is generated from interface/ops.yaml: every op of kind other
+ * than "view" listed in reference_backends/cpu/implemented_ops.txt, for
+ * float32 and every dtype its `dtypes` lists. kernel_query takes the input
+ * dtypes (absent optional trailing inputs left out), then the output dtypes:
+ *   - out_dtype same / promote / float / bool / int64 / attr as ops.yaml says;
+ *     promotion: bool < int8 < int32 < int64 < float16, bfloat16 < float32 <
+ *     float64 by category (an int with a float gives the float, as torch;
+ *     float16 with bfloat16 gives float32). sum of int32/int64/bool gives
+ *     int64 (its semantics; its out_dtype says "same", so int32 -> int32,
+ *     wrapping, is accepted too).
+ *   - inputs named indices or target are int32/int64, condition is bool.
+ *   - binary and ternary ops accept data inputs of different dtypes (they
+ *     compute in the promoted dtype); other kinds want one dtype.
+ *   Anything else: OAR_ERROR_NOT_SUPPORTED.
+ * kernel_launch checks every descriptor, then the attributes: an unknown
+ * name, a wrong type or a missing required attribute is INVALID_ARGUMENT
+ * naming it; absent optional ones take ops.yaml's default. A float attribute
+ * may be passed as OAR_ATTR_INT (exact for 64-bit ints: full's value, clamp's
+ * bounds); ints/floats attributes hold at most 8 entries, strings 31 bytes.
+ * Elementwise ops want every input shaped like the output (the host
+ * broadcasts with stride 0); reductions take dim (negative from the end,
+ * duplicates rejected, empty = all dims) and keepdim.
+ * Numerics: float16/bfloat16 compute in float32 (rounded once on store);
+ * float sums accumulate in double, integer sums in int64 (wrapping); integer
+ * add/sub/mul/neg/abs wrap as numpy; maximum/minimum/max/min/clamp propagate
+ * NaN; argmax takes the first largest, NaN counting as largest; var divides by
+ * max(0, N - correction); mean of an empty reduction is NaN, max/min/argmax
+ * of one is INVALID_ARGUMENT. exp in float32 is a vectorized polynomial
+ * within 2 ulp of expf (so are sigmoid, silu, gelu "tanh", softmax).
  * cast: float -> int truncates toward zero and saturates (NaN -> 0);
  *   int -> narrower int wraps; -> bool is (x != 0); to float16/bfloat16
  *   rounds to nearest even, NaN and Inf preserved.
+ *
+ * Random numbers (rand, randn, dropout): Philox-4x32-10
+ * -------------------------------------------------------
+ * Bit-exact on every device that follows this mapping (the host's numpy
+ * reference does). Philox-4x32-10 is Random123's philox4x32_10: 10 rounds of
+ *     (c0, c1, c2, c3) <- (hi(M1*c2) ^ c1 ^ k0, lo(M1*c2), hi(M0*c0) ^ c3 ^ k1, lo(M0*c0))
+ * with M0 = 0xD2511F53, M1 = 0xCD9E8D57 (32x32 -> 64-bit products), the key
+ * bumped by (0x9E3779B9, 0xBB67AE85) before every round but the first.
+ * (Known answer: counter 0, key 0 -> 6627e8d5 e169c58d bc57ac4c 9b00dbd8.)
+ *   seed   the int64 attribute as uint64 s: key = (k0, k1) = (s & 0xffffffff, s >> 32)
+ *   counter of element i (row-major index in the output, 0-based):
+ *          c = (offset + i) mod 2^64 (offset as uint64);
+ *          the Philox counter is (c & 0xffffffff, c >> 32, 0, 0)
+ *   words  (w0, w1, w2, w3) = philox4x32_10(counter, key); w2, w3 unused
+ *   U24(c) = (w0 >> 8) * 2^-24                      in [0, 1), exact in float32
+ *   U53(c) = ((w0 << 32 | w1) >> 11) * 2^-53        in [0, 1), exact in float64
+ * rand    float32: out[i] = U24(c); float64: out[i] = U53(c).
+ * randn   element c belongs to the pair (b, b + 1) with b = c & ~1:
+ *           r = sqrt(-2 * log1p(-U53(b))), theta = 2 * pi * U53(b + 1)
+ *           out = r * cos(theta) if c is even, r * sin(theta) if c is odd,
+ *         computed in double (libm log1p, sqrt, cos, sin; 2 * pi =
+ *         6.283185307179586) and rounded once to the output dtype. So the
+ *         value of element i depends on (seed, offset + i) alone; devices
+ *         agree bit-exactly where their libm's log1p/cos/sin agree (to 1 ulp
+ *         of double otherwise, far below float32's rounding).
+ * dropout keep(i) = U24(c) >= p (as doubles, for float32 and float64 x alike);
+ *         out[i] = keep(i) ? x[i] * scale : 0 with scale = 1 / (1 - p)
+ *         computed in double and rounded to x's dtype (p = 1: all zero);
+ *         p outside [0, 1] is INVALID_ARGUMENT. Same seed and offset, same
+ *         mask: backward is dropout(grad) with the same attributes.
+ * Draws that must not overlap use offsets at least numel apart.
  *
  * Choices where oar/device_api.h leaves room
  * -------------------------------------------
