@@ -119,39 +119,48 @@ std::string signature(const Kernel& kernel) {
   return text + ")";
 }
 
-std::shared_ptr<Kernel> kernel_query(const std::shared_ptr<Plugin>& plugin, int32_t device, const std::string& op,
-                                     const py::iterable& dtype_values, bool allow_missing) {
+}  // namespace
+
+std::shared_ptr<Kernel> lookup_kernel(const std::shared_ptr<Plugin>& plugin, int32_t device, const std::string& op,
+                                      const std::vector<oar_dl_data_type>& dtypes) {
   plugin->ensure_usable();
   plugin->check_device(device);
-  std::vector<oar_dl_data_type> dtypes;
-  for (py::handle value : dtype_values) dtypes.push_back(dtype_from_python(value));
   std::string key = kernel_key(device, op, dtypes);
   std::shared_ptr<Kernel> kernel = plugin->cached_kernel(key);
-  if (!kernel) {
-    kernel = std::make_shared<Kernel>();
-    kernel->plugin = plugin;
-    kernel->plugin_address = plugin.get();
-    kernel->device_name = plugin->device_type() + ":" + std::to_string(device);
-    kernel->device = device;
-    kernel->op = op;
-    kernel->dtypes = dtypes;
-    oar_kernel handle = nullptr;
-    oar_status status = plugin->call_status("kernel_query", plugin->table().kernel_query, device, op.c_str(),
-                                            dtypes.empty() ? nullptr : dtypes.data(), dtypes.size(), &handle);
-    if (status == OAR_ERROR_NOT_SUPPORTED) {
-      kernel->supported = false;
-      kernel->message = copy_plugin_text(plugin->table().get_last_error_message());
-      if (kernel->message.empty()) kernel->message = "the plugin has no kernel " + signature(*kernel);
-    } else if (status != OAR_SUCCESS) {
-      plugin->raise_status("kernel_query", status);
-    } else if (handle == nullptr) {
-      throw_device_error(plugin->device_type(), plugin->path(), "kernel_query", OAR_ERROR_INTERNAL,
-                         "the plugin returned OAR_SUCCESS but a NULL kernel for " + signature(*kernel));
-    } else {
-      kernel->handle = handle;
-    }
-    plugin->cache_kernel(key, kernel);
+  if (kernel) return kernel;
+  kernel = std::make_shared<Kernel>();
+  kernel->plugin = plugin;
+  kernel->plugin_address = plugin.get();
+  kernel->device_name = plugin->device_type() + ":" + std::to_string(device);
+  kernel->device = device;
+  kernel->op = op;
+  kernel->dtypes = dtypes;
+  oar_kernel handle = nullptr;
+  oar_status status = plugin->call_status("kernel_query", plugin->table().kernel_query, device, op.c_str(),
+                                          dtypes.empty() ? nullptr : dtypes.data(), dtypes.size(), &handle);
+  if (status == OAR_ERROR_NOT_SUPPORTED) {
+    kernel->supported = false;
+    kernel->message = copy_plugin_text(plugin->table().get_last_error_message());
+    if (kernel->message.empty()) kernel->message = "the plugin has no kernel " + signature(*kernel);
+  } else if (status != OAR_SUCCESS) {
+    plugin->raise_status("kernel_query", status);
+  } else if (handle == nullptr) {
+    throw_device_error(plugin->device_type(), plugin->path(), "kernel_query", OAR_ERROR_INTERNAL,
+                       "the plugin returned OAR_SUCCESS but a NULL kernel for " + signature(*kernel));
+  } else {
+    kernel->handle = handle;
   }
+  plugin->cache_kernel(key, kernel);
+  return kernel;
+}
+
+namespace {
+
+std::shared_ptr<Kernel> kernel_query(const std::shared_ptr<Plugin>& plugin, int32_t device, const std::string& op,
+                                     const py::iterable& dtype_values, bool allow_missing) {
+  std::vector<oar_dl_data_type> dtypes;
+  for (py::handle value : dtype_values) dtypes.push_back(dtype_from_python(value));
+  std::shared_ptr<Kernel> kernel = lookup_kernel(plugin, device, op, dtypes);
   if (!kernel->supported) {
     if (allow_missing) return nullptr;
     throw_device_error(plugin->device_type(), plugin->path(), "kernel_query", OAR_ERROR_NOT_SUPPORTED,

@@ -83,6 +83,12 @@ struct Kernel {
   std::string message;  // the plugin's message when not supported
 };
 
+// The plugin's kernel for (device, op, dtypes = inputs then outputs), queried once per plugin and
+// cached; kernel->supported is false when the plugin answered OAR_ERROR_NOT_SUPPORTED.
+// Raises DeviceError for any other failure.
+std::shared_ptr<Kernel> lookup_kernel(const std::shared_ptr<Plugin>& plugin, int32_t device, const std::string& op,
+                                      const std::vector<oar_dl_data_type>& dtypes);
+
 void register_kernels(py::module_& module, PluginClass& plugin_class);
 
 }  // namespace oar

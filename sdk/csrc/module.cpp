@@ -3,11 +3,13 @@
 
 #include "allocator.hpp"
 #include "device_memory.hpp"
+#include "dispatch.hpp"
 #include "dtypes.hpp"
 #include "kernels.hpp"
 #include "modules.hpp"
 #include "plugin.hpp"
 #include "streams_events.hpp"
+#include "tensor.hpp"
 
 PYBIND11_MODULE(_C, module) {
   module.doc() = "The C++ core of Oar: plugin loading and the device ABI as Python calls.";
@@ -17,5 +19,7 @@ PYBIND11_MODULE(_C, module) {
   oar::register_device_memory(plugin_class);
   oar::register_kernels(module, plugin_class);
   oar::register_modules(module, plugin_class);
+  oar::register_tensor(module);
+  oar::register_dispatch(module);
   oar::register_allocator(module);
 }

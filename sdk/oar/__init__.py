@@ -22,11 +22,16 @@ from oar.devices import (
 )
 from oar.errors import (
     DeviceError,
+    DeviceMismatchError,
+    DTypeError,
+    FallbackWarning,
     InvalidDeviceError,
     OarError,
+    OpNotSupportedError,
     OutOfMemoryError,
     PluginLoadError,
     PluginWarning,
+    ShapeError,
 )
 from oar.info import plugins_info
 from oar.kernels import (
@@ -66,6 +71,32 @@ __all__ = [
     "synchronize", "empty_cache", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
     "memory_reserved", "memory_stats", "reset_peak_memory_stats",
 ]
+
+# ---- tensors and ops (oar.tensor, oar.ops: generated from interface/ops.yaml) ----
+from oar import ops  # noqa: E402
+from oar.fallback import fallback_stats, reset_fallback_stats  # noqa: E402
+from oar.random import get_rng_state, initial_seed, manual_seed, set_rng_state  # noqa: E402
+from oar.tensor import (  # noqa: E402
+    DType, Tensor, arange, bfloat16, cat, concat, dtype_of, empty, empty_like, float16, float32, float64,
+    from_dlpack, full, full_like, int8, int32, int64, is_floating_point, is_tensor, ones, ones_like, rand,
+    rand_like, randn, randn_like, stack, tensor, to_tensor, zeros, zeros_like,
+)
+from oar.tensor import bool_ as bool  # noqa: E402,A001  -- oar.bool, like torch.bool
+
+# Every op of ops.yaml as oar.<name>, except where a factory above has the friendlier signature.
+for _name in ops.names:
+    if _name not in globals():
+        globals()[_name] = getattr(ops, _name)
+del _name
+
+__all__ += [
+    "DType", "DTypeError", "DeviceMismatchError", "FallbackWarning", "OpNotSupportedError", "ShapeError",
+    "Tensor", "arange", "bfloat16", "bool", "cat", "concat", "dtype_of", "empty", "empty_like",
+    "fallback_stats", "float16", "float32", "float64", "from_dlpack", "full", "full_like", "get_rng_state",
+    "initial_seed", "int8", "int32", "int64", "is_floating_point", "is_tensor", "manual_seed", "ones",
+    "ones_like", "ops", "rand", "rand_like", "randn", "randn_like", "reset_fallback_stats", "set_rng_state",
+    "stack", "tensor", "to_tensor", "zeros", "zeros_like",
+] + [n for n in ops.names if n not in ("full", "arange", "rand", "randn")]
 
 # Plugins finalize before the interpreter goes away (atexit runs after non-daemon threads end).
 _atexit.register(_C._shutdown)

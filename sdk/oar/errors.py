@@ -15,6 +15,11 @@ __all__ = [
     "OutOfMemoryError",
     "InvalidDeviceError",
     "PluginWarning",
+    "ShapeError",
+    "DTypeError",
+    "DeviceMismatchError",
+    "OpNotSupportedError",
+    "FallbackWarning",
     "STATUS_NAMES",
     "device_error",
 ]
@@ -85,6 +90,38 @@ class InvalidDeviceError(OarError, ValueError):
 
 class PluginWarning(UserWarning):
     """A discovered plugin was skipped (failed to load, or its device type is taken)."""
+
+
+class ShapeError(OarError, ValueError):
+    """Tensor shapes do not fit an op (broadcast, matmul inner dims, reshape sizes, ...)."""
+
+
+class DTypeError(OarError, TypeError):
+    """A tensor's dtype is not one the op accepts (ops.yaml's dtypes), or cannot hold a result."""
+
+
+class DeviceMismatchError(OarError, ValueError):
+    """The tensor inputs of one op live on different devices."""
+
+
+class OpNotSupportedError(OarError, NotImplementedError):
+    """The device has no kernel for an op and the host fallback is off (OAR_FALLBACK=0) or has none.
+
+    Attributes: ``op``, ``device`` (e.g. "npu:0"), ``dtypes`` (input then output dtype names).
+    """
+
+    def __init__(self, message: str, op: str = "", device: str = "", dtypes: tuple = ()):
+        super().__init__(message)
+        self.op = op
+        self.device = device
+        self.dtypes = tuple(dtypes)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.op, self.device, self.dtypes))
+
+
+class FallbackWarning(UserWarning):
+    """An op ran on the host (numpy) because the device has no kernel for it; warned once per op."""
 
 
 def device_error(plugin: str, plugin_path: str, call: str, status: int, status_name: str,

@@ -87,6 +87,7 @@ class Stream:
         _streams.entered.append((self._name, _streams.current.get(self._name), previous_device))
         _streams.current[self._name] = self
         devices._thread_state.device = self.device
+        _C._stream_epoch_bump()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -96,6 +97,7 @@ class Stream:
         else:
             _streams.current[dev] = previous_stream
         devices._thread_state.device = previous_device
+        _C._stream_epoch_bump()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Stream) and other._c is self._c
@@ -119,6 +121,7 @@ def _default_stream_of(name: str) -> Stream:
     if stream is None or not stream._c.alive:
         stream = Stream(name)
         _streams.default[name] = stream
+        _C._stream_epoch_bump()  # the C++ core caches current streams per thread
     return stream
 
 

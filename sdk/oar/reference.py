@@ -1,0 +1,783 @@
+"""numpy references of the ops of interface/ops.yaml: one function per non-view op.
+
+The host fallback (:mod:`oar.fallback`) runs them when a device has no kernel;
+tests compare kernels against them. Each takes the op's inputs as numpy arrays
+(as a kernel sees them: elementwise inputs already broadcast to the output
+shape, float16/bfloat16 widened to float32, absent optional inputs left out)
+and the attrs by keyword, and returns the output array (the caller casts it
+to the output dtype). Creation ops take ``shape`` and ``dtype`` (a numpy dtype)
+first. Numerics follow ops.yaml and the CPU reference plugin (oar/refcpu.h):
+float sums accumulate in float64, casts to integers truncate and saturate,
+rand/randn/dropout use the same Philox-4x32-10 mapping bit for bit.
+
+A data-dependent error (an index out of range) raises IndexError naming the op.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+__all__: list[str] = []  # filled below: every op function
+
+_MASK32 = 0xFFFFFFFF
+builtins_max, builtins_min = max, min  # this module defines ops named max and min
+
+
+def _export(fn):
+    __all__.append(fn.__name__)
+    return fn
+
+
+# ---- Philox-4x32-10 (Random123's philox4x32_10), vectorized over counters ----------------------
+
+_M0 = np.uint64(0xD2511F53)
+_M1 = np.uint64(0xCD9E8D57)
+_W0 = 0x9E3779B9
+_W1 = 0xBB67AE85
+
+
+def philox4x32_10(counter: Sequence[np.ndarray], key: tuple[int, int]) -> tuple[np.ndarray, ...]:
+    """The four output words for counters (c0, c1, c2, c3) (uint64 arrays of 32-bit values)."""
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) for c in counter)
+    k0, k1 = key[0] & _MASK32, key[1] & _MASK32
+    mask = np.uint64(_MASK32)
+    shift = np.uint64(32)
+    for round_index in range(10):
+        if round_index:
+            k0 = (k0 + _W0) & _MASK32
+            k1 = (k1 + _W1) & _MASK32
+        p0 = _M0 * c0
+        p1 = _M1 * c2
+        c0, c1, c2, c3 = ((p1 >> shift) ^ c1 ^ np.uint64(k0), p1 & mask,
+                          (p0 >> shift) ^ c3 ^ np.uint64(k1), p0 & mask)
+    return c0, c1, c2, c3
+
+
+def _words(seed: int, offset: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    s = seed & 0xFFFF_FFFF_FFFF_FFFF
+    counters = (np.arange(count, dtype=np.uint64) + np.uint64(offset & 0xFFFF_FFFF_FFFF_FFFF))  # wraps mod 2^64
+    zero = np.zeros(count, dtype=np.uint64)
+    w0, w1, _, _ = philox4x32_10((counters & np.uint64(_MASK32), counters >> np.uint64(32), zero, zero),
+                                 (s & _MASK32, s >> 32))
+    return w0, w1
+
+
+def uniform24(seed: int, offset: int, count: int) -> np.ndarray:
+    """U24 of counters offset .. offset + count - 1, as float64 (exact float32 values)."""
+    w0, _ = _words(seed, offset, count)
+    return (w0 >> np.uint64(8)).astype(np.float64) * 2.0 ** -24
+
+
+def uniform53(seed: int, offset: int, count: int) -> np.ndarray:
+    w0, w1 = _words(seed, offset, count)
+    bits = ((w0 << np.uint64(32)) | w1) >> np.uint64(11)
+    return bits.astype(np.float64) * 2.0 ** -53
+
+
+def _numel(shape: Sequence[int]) -> int:
+    return int(math.prod(shape))
+
+
+# ---- creation -----------------------------------------------------------------------------------
+
+@_export
+def full(shape, dtype, value):
+    return _cast_array(np.full(shape, value, dtype=np.float64), np.dtype(dtype))
+
+
+@_export
+def arange(shape, dtype, start=0.0, step=1.0):
+    values = start + np.arange(_numel(shape), dtype=np.float64) * step
+    return _cast_array(values.reshape(shape), np.dtype(dtype))
+
+
+@_export
+def rand(shape, dtype, seed, offset=0):
+    count = _numel(shape)
+    values = uniform24(seed, offset, count) if np.dtype(dtype) == np.float32 else uniform53(seed, offset, count)
+    return values.reshape(shape).astype(dtype)
+
+
+@_export
+def randn(shape, dtype, seed, offset=0):
+    count = _numel(shape)
+    c = (np.arange(count, dtype=np.uint64) + np.uint64(offset & 0xFFFF_FFFF_FFFF_FFFF))
+    first = int(c[0]) if count else 0
+    base = first & ~1
+    # uniforms for every counter from the first pair's start to the last element's pair
+    span = (int(c[-1]) | 1) - base + 1 if count else 0
+    u = uniform53(seed, base, span)
+    index = (c - np.uint64(base)).astype(np.int64)
+    even = index & ~1
+    r = np.sqrt(-2.0 * np.log1p(-u[even]))
+    theta = 6.283185307179586 * u[even + 1]
+    values = np.where((c & np.uint64(1)) == 0, r * np.cos(theta), r * np.sin(theta))
+    return values.reshape(shape).astype(dtype)
+
+
+# ---- unary ----------------------------------------------------------------------------------------
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf_array(x):
+    return _erf(np.asarray(x, dtype=np.float64)).astype(np.float64)
+
+
+@_export
+def neg(x):
+    return np.negative(x)
+
+
+@_export
+def abs(x):  # noqa: A001
+    return np.abs(x)
+
+
+@_export
+def sign(x):
+    return np.sign(x)
+
+
+@_export
+def exp(x):
+    return np.exp(x)
+
+
+@_export
+def log(x):
+    return np.log(x)
+
+
+@_export
+def sqrt(x):
+    return np.sqrt(x)
+
+
+@_export
+def rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+@_export
+def reciprocal(x):
+    return 1.0 / x
+
+
+@_export
+def sin(x):
+    return np.sin(x)
+
+
+@_export
+def cos(x):
+    return np.cos(x)
+
+
+@_export
+def tanh(x):
+    return np.tanh(x)
+
+
+@_export
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@_export
+def relu(x):
+    return np.maximum(x, np.zeros((), dtype=x.dtype))
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _check_approximate(approximate: str) -> None:
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
+
+
+@_export
+def gelu(x, approximate="none"):
+    _check_approximate(approximate)
+    x64 = x.astype(np.float64)
+    if approximate == "tanh":
+        return 0.5 * x64 * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x64 + 0.044715 * x64 ** 3)))
+    return 0.5 * x64 * (1.0 + _erf_array(x64 / math.sqrt(2.0)))
+
+
+@_export
+def gelu_backward(grad, x, approximate="none"):
+    _check_approximate(approximate)
+    x64 = x.astype(np.float64)
+    if approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (x64 + 0.044715 * x64 ** 3)
+        t = np.tanh(inner)
+        derivative = 0.5 * (1.0 + t) + 0.5 * x64 * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x64 ** 2)
+    else:
+        cdf = 0.5 * (1.0 + _erf_array(x64 / math.sqrt(2.0)))
+        pdf = np.exp(-0.5 * x64 * x64) / math.sqrt(2.0 * math.pi)
+        derivative = cdf + x64 * pdf
+    return grad * derivative
+
+
+@_export
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+@_export
+def erf(x):
+    return _erf_array(x)
+
+
+@_export
+def logical_not(x):
+    return x == 0
+
+
+@_export
+def isnan(x):
+    return np.isnan(x)
+
+
+@_export
+def clamp(x, min=-math.inf, max=math.inf):  # noqa: A002
+    if np.issubdtype(x.dtype, np.integer):
+        info = np.iinfo(x.dtype)
+        low = info.min if min == -math.inf else builtins_max(info.min, builtins_min(info.max, math.ceil(min)))
+        high = info.max if max == math.inf else builtins_max(info.min, builtins_min(info.max, math.floor(max)))
+        return np.minimum(np.maximum(x, np.asarray(low, x.dtype)), np.asarray(high, x.dtype))
+    return np.minimum(np.maximum(x, x.dtype.type(min)), x.dtype.type(max))
+
+
+def _cast_array(x: np.ndarray, target: np.dtype) -> np.ndarray:
+    """ops.yaml's cast: float -> int truncates toward zero and saturates (NaN -> 0); int ->
+    narrower int wraps; -> bool is x != 0; to half types rounds to nearest even."""
+    x = np.asarray(x)
+    if target == np.bool_:
+        return x != 0
+    if np.issubdtype(target, np.integer) and np.issubdtype(x.dtype, np.floating):
+        info = np.iinfo(target)
+        values = np.trunc(x.astype(np.float64))
+        values = np.where(np.isnan(values), 0.0, values)
+        out = np.empty(values.shape, dtype=target)
+        high = values >= float(info.max)
+        low = values <= float(info.min)
+        middle = ~(high | low)
+        out[middle] = values[middle].astype(target)
+        out[high] = info.max
+        out[low] = info.min
+        return out
+    if np.issubdtype(target, np.integer) and x.dtype == np.bool_:
+        return x.astype(target)
+    return x.astype(target)
+
+
+@_export
+def cast(x, dtype):
+    from oar.tensor import numpy_dtype
+
+    return _cast_array(x, numpy_dtype(dtype))
+
+
+@_export
+def copy(x):
+    return np.array(x, copy=True)
+
+
+@_export
+def dropout(x, p, seed, offset=0):
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    if p == 1.0:
+        return np.zeros_like(x)
+    keep = uniform24(seed, offset, x.size).reshape(x.shape) >= p
+    scale = 1.0 / (1.0 - p)
+    return np.where(keep, x.astype(np.float64) * scale, 0.0)
+
+
+# ---- binary / ternary -------------------------------------------------------------------------------
+
+@_export
+def add(a, b):
+    return a + b
+
+
+@_export
+def sub(a, b):
+    return a - b
+
+
+@_export
+def mul(a, b):
+    return a * b
+
+
+@_export
+def div(a, b):
+    return a / b
+
+
+@_export
+def pow(a, b):  # noqa: A001
+    return np.power(a, b)
+
+
+@_export
+def maximum(a, b):
+    return np.maximum(a, b)
+
+
+@_export
+def minimum(a, b):
+    return np.minimum(a, b)
+
+
+@_export
+def eq(a, b):
+    return a == b
+
+
+@_export
+def ne(a, b):
+    return a != b
+
+
+@_export
+def lt(a, b):
+    return a < b
+
+
+@_export
+def le(a, b):
+    return a <= b
+
+
+@_export
+def gt(a, b):
+    return a > b
+
+
+@_export
+def ge(a, b):
+    return a >= b
+
+
+@_export
+def logical_and(a, b):
+    return np.logical_and(a, b)
+
+
+@_export
+def logical_or(a, b):
+    return np.logical_or(a, b)
+
+
+@_export
+def where(condition, a, b):
+    return np.where(condition.astype(np.bool_), a, b)
+
+
+# ---- reductions ------------------------------------------------------------------------------------
+
+def _axes(x: np.ndarray, dim) -> tuple[int, ...]:
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    if not dims:
+        return tuple(range(x.ndim))
+    return tuple(sorted(d % max(x.ndim, 1) for d in dims)) if x.ndim else ()
+
+
+@_export
+def softmax(x, dim=-1):
+    x64 = x.astype(np.float64)
+    if x.ndim == 0:
+        return np.ones_like(x64)
+    shifted = x64 - np.max(x64, axis=dim, keepdims=True)
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=dim, keepdims=True)
+
+
+@_export
+def log_softmax(x, dim=-1):
+    x64 = x.astype(np.float64)
+    if x.ndim == 0:
+        return np.zeros_like(x64)
+    shifted = x64 - np.max(x64, axis=dim, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=dim, keepdims=True))
+
+
+@_export
+def sum(x, dim=(), keepdim=False):  # noqa: A001
+    accumulate = np.float64 if np.issubdtype(x.dtype, np.floating) else np.int64
+    return np.sum(x, axis=_axes(x, dim), dtype=accumulate, keepdims=keepdim)
+
+
+@_export
+def mean(x, dim=(), keepdim=False):
+    axes = _axes(x, dim)
+    count = _numel([x.shape[a] for a in axes]) if x.ndim else 1
+    total = np.sum(x, axis=axes, dtype=np.float64, keepdims=keepdim)
+    return total / count if count else np.full(np.shape(total), np.nan)
+
+
+def _nonempty(op: str, x, axes) -> None:
+    if any(x.shape[a] == 0 for a in axes):
+        raise ValueError(f"{op}: cannot reduce over an empty dimension (shape {x.shape})")
+
+
+@_export
+def max(x, dim=(), keepdim=False):  # noqa: A001
+    axes = _axes(x, dim)
+    _nonempty("max", x, axes)
+    return np.max(x, axis=axes, keepdims=keepdim)
+
+
+@_export
+def min(x, dim=(), keepdim=False):  # noqa: A001
+    axes = _axes(x, dim)
+    _nonempty("min", x, axes)
+    return np.min(x, axis=axes, keepdims=keepdim)
+
+
+@_export
+def argmax(x, dim, keepdim=False):
+    if x.ndim == 0:
+        return np.zeros((), dtype=np.int64)
+    axis = dim % x.ndim
+    _nonempty("argmax", x, (axis,))
+    return np.argmax(x, axis=axis, keepdims=keepdim).astype(np.int64)
+
+
+@_export
+def var(x, dim=(), correction=1, keepdim=False):
+    axes = _axes(x, dim)
+    x64 = x.astype(np.float64)
+    count = _numel([x.shape[a] for a in axes]) if x.ndim else 1
+    centered = x64 - np.mean(x64, axis=axes, keepdims=True) if count else x64
+    total = np.sum(centered * centered, axis=axes, keepdims=keepdim)
+    return total / builtins_max(0, count - correction)
+
+
+# ---- matmul -------------------------------------------------------------------------------------------
+
+@_export
+def matmul(a, b):
+    return np.matmul(a, b)
+
+
+@_export
+def bmm(a, b):
+    return np.matmul(a, b)
+
+
+# ---- nn -----------------------------------------------------------------------------------------------
+
+def _pair(values, default=None):
+    values = list(values) if len(values) else list(default)
+    return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
+
+
+def _conv_geometry(h, w, kh, kw, stride, padding, dilation):
+    sh, sw = _pair(stride)
+    ph, pw = _pair(padding)
+    dh, dw = _pair(dilation)
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    return sh, sw, ph, pw, dh, dw, oh, ow
+
+
+@_export
+def conv2d(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    n, c, h, w = x.shape
+    o, cg, kh, kw = weight.shape
+    sh, sw, ph, pw, dh, dw, oh, ow = _conv_geometry(h, w, kh, kw, stride, padding, dilation)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    out = np.zeros((n, o, oh, ow), dtype=np.float64)
+    og = o // groups
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        ws = weight[g * og:(g + 1) * og].astype(np.float64)
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
+    if bias is not None:
+        out += bias.astype(np.float64).reshape(1, o, 1, 1)
+    return out
+
+
+@_export
+def conv2d_backward_input(grad, weight, input_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    n, c, h, w = input_shape
+    o, cg, kh, kw = weight.shape
+    sh, sw, ph, pw, dh, dw, oh, ow = _conv_geometry(h, w, kh, kw, stride, padding, dilation)
+    dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=np.float64)
+    og = o // groups
+    g64 = grad.astype(np.float64)
+    for g in range(groups):
+        ws = weight[g * og:(g + 1) * og].astype(np.float64)
+        gs = g64[:, g * og:(g + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                contribution = np.einsum("nohw,oc->nchw", gs, ws[:, :, i, j])
+                dxp[:, g * cg:(g + 1) * cg, i * dh: i * dh + sh * (oh - 1) + 1: sh,
+                    j * dw: j * dw + sw * (ow - 1) + 1: sw] += contribution
+    return dxp[:, :, ph:ph + h, pw:pw + w]
+
+
+@_export
+def conv2d_backward_weight(grad, x, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    n, c, h, w = x.shape
+    o, cg, kh, kw = weight_shape
+    sh, sw, ph, pw, dh, dw, oh, ow = _conv_geometry(h, w, kh, kw, stride, padding, dilation)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    dw_out = np.zeros((o, cg, kh, kw), dtype=np.float64)
+    og = o // groups
+    g64 = grad.astype(np.float64)
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        gs = g64[:, g * og:(g + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+                dw_out[g * og:(g + 1) * og, :, i, j] = np.einsum("nohw,nchw->oc", gs, patch)
+    return dw_out
+
+
+def _pool_geometry(x, kernel_size, stride, padding):
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride, default=(kh, kw))
+    ph, pw = _pair(padding)
+    n, c, h, w = x.shape
+    oh = (h + 2 * ph - kh) // sh + 1
+    ow = (w + 2 * pw - kw) // sw + 1
+    return kh, kw, sh, sw, ph, pw, oh, ow
+
+
+def _windows(xp, kh, kw, sh, sw, oh, ow):
+    """(n, c, oh, ow, kh * kw) of every window, in row-major window order."""
+    parts = [xp[:, :, i: i + sh * (oh - 1) + 1: sh, j: j + sw * (ow - 1) + 1: sw]
+             for i in range(kh) for j in range(kw)]
+    return np.stack(parts, axis=-1)
+
+
+@_export
+def max_pool2d(x, kernel_size, stride=(), padding=(0, 0)):
+    kh, kw, sh, sw, ph, pw, oh, ow = _pool_geometry(x, kernel_size, stride, padding)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
+    windows = _windows(xp, kh, kw, sh, sw, oh, ow)
+    return np.max(windows, axis=-1)
+
+
+@_export
+def max_pool2d_backward(grad, x, kernel_size, stride=(), padding=(0, 0)):
+    kh, kw, sh, sw, ph, pw, oh, ow = _pool_geometry(x, kernel_size, stride, padding)
+    n, c, h, w = x.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=-np.inf)
+    windows = _windows(xp, kh, kw, sh, sw, oh, ow)
+    # the first maximum of each window (NaN counts as the maximum, like argmax)
+    first = np.argmax(np.where(np.isnan(windows), np.inf, windows), axis=-1)
+    dxp = np.zeros_like(xp)
+    ni, ci, oi, oj = np.indices((n, c, oh, ow))
+    rows = oi * sh + first // kw
+    cols = oj * sw + first % kw
+    np.add.at(dxp, (ni, ci, rows, cols), grad.astype(np.float64))
+    return dxp[:, :, ph:ph + h, pw:pw + w]
+
+
+@_export
+def avg_pool2d(x, kernel_size, stride=(), padding=(0, 0)):
+    kh, kw, sh, sw, ph, pw, oh, ow = _pool_geometry(x, kernel_size, stride, padding)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    return np.sum(_windows(xp, kh, kw, sh, sw, oh, ow), axis=-1) / (kh * kw)
+
+
+@_export
+def avg_pool2d_backward(grad, x, kernel_size, stride=(), padding=(0, 0)):
+    kh, kw, sh, sw, ph, pw, oh, ow = _pool_geometry(x, kernel_size, stride, padding)
+    n, c, h, w = x.shape
+    dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=np.float64)
+    share = grad.astype(np.float64) / (kh * kw)
+    for i in range(kh):
+        for j in range(kw):
+            dxp[:, :, i: i + sh * (oh - 1) + 1: sh, j: j + sw * (ow - 1) + 1: sw] += share
+    return dxp[:, :, ph:ph + h, pw:pw + w]
+
+
+def _norm_axes(x, normalized_ndim):
+    return tuple(range(x.ndim - normalized_ndim, x.ndim))
+
+
+@_export
+def layer_norm(x, weight=None, bias=None, normalized_ndim=1, eps=1e-5):
+    axes = _norm_axes(x, normalized_ndim)
+    x64 = x.astype(np.float64)
+    mu = np.mean(x64, axis=axes, keepdims=True)
+    variance = np.mean((x64 - mu) ** 2, axis=axes, keepdims=True)
+    out = (x64 - mu) / np.sqrt(variance + eps)
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+@_export
+def layer_norm_backward_input(grad, x, weight=None, normalized_ndim=1, eps=1e-5):
+    axes = _norm_axes(x, normalized_ndim)
+    x64 = x.astype(np.float64)
+    mu = np.mean(x64, axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt(np.mean((x64 - mu) ** 2, axis=axes, keepdims=True) + eps)
+    xhat = (x64 - mu) * rstd
+    g = grad.astype(np.float64) * (weight if weight is not None else 1.0)
+    return rstd * (g - np.mean(g, axis=axes, keepdims=True) - xhat * np.mean(g * xhat, axis=axes, keepdims=True))
+
+
+@_export
+def rms_norm(x, weight=None, normalized_ndim=1, eps=1e-6):
+    axes = _norm_axes(x, normalized_ndim)
+    x64 = x.astype(np.float64)
+    out = x64 / np.sqrt(np.mean(x64 * x64, axis=axes, keepdims=True) + eps)
+    return out * weight if weight is not None else out
+
+
+@_export
+def rms_norm_backward_input(grad, x, weight=None, normalized_ndim=1, eps=1e-6):
+    axes = _norm_axes(x, normalized_ndim)
+    x64 = x.astype(np.float64)
+    rstd = 1.0 / np.sqrt(np.mean(x64 * x64, axis=axes, keepdims=True) + eps)
+    xhat = x64 * rstd
+    g = grad.astype(np.float64) * (weight if weight is not None else 1.0)
+    return rstd * (g - xhat * np.mean(g * xhat, axis=axes, keepdims=True))
+
+
+def _check_indices(op: str, indices: np.ndarray, size: int, what: str = "dim") -> None:
+    if indices.size and (indices.min() < 0 or indices.max() >= size):
+        bad = indices[(indices < 0) | (indices >= size)].flat[0]
+        raise IndexError(f"{op}: index {int(bad)} is out of range for {what} of size {size}")
+
+
+@_export
+def embedding(weight, indices):
+    _check_indices("embedding", indices, weight.shape[0], "the rows")
+    return weight[indices.astype(np.int64)]
+
+
+@_export
+def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
+    logits64 = logits.astype(np.float64)
+    target = target.astype(np.int64)
+    keep = target != ignore_index
+    _check_indices("cross_entropy", target[keep], logits.shape[1], "the classes")
+    shifted = logits64 - np.max(logits64, axis=1, keepdims=True)
+    logsumexp = np.log(np.sum(np.exp(shifted), axis=1))
+    picked = shifted[np.arange(len(target)), np.where(keep, target, 0)]
+    loss = np.where(keep, logsumexp - picked, 0.0)
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return np.sum(loss)
+    count = int(np.count_nonzero(keep))
+    return np.sum(loss) / count if count else np.float64(np.nan)
+
+
+@_export
+def cross_entropy_backward(grad, logits, target, reduction="mean", ignore_index=-100):
+    logits64 = logits.astype(np.float64)
+    target = target.astype(np.int64)
+    keep = target != ignore_index
+    _check_indices("cross_entropy_backward", target[keep], logits.shape[1], "the classes")
+    shifted = logits64 - np.max(logits64, axis=1, keepdims=True)
+    probs = np.exp(shifted) / np.sum(np.exp(shifted), axis=1, keepdims=True)
+    probs[np.arange(len(target))[keep], target[keep]] -= 1.0
+    probs[~keep] = 0.0
+    g = grad.astype(np.float64)
+    if reduction == "none":
+        return probs * g.reshape(-1, 1)
+    if reduction == "mean":
+        count = int(np.count_nonzero(keep))
+        return probs * g / count if count else probs * np.nan
+    return probs * g
+
+
+# ---- indexing ---------------------------------------------------------------------------------------
+
+@_export
+def gather(x, indices, dim):
+    axis = dim % x.ndim
+    _check_indices("gather", indices, x.shape[axis])
+    # x may be larger than indices outside dim: take the leading part of the other dims
+    region = tuple(slice(0, s) if a != axis else slice(None) for a, s in enumerate(indices.shape))
+    return np.take_along_axis(x[region], indices.astype(np.int64), axis=axis)
+
+
+def _scatter_indices(x, indices, dim):
+    axis = dim % x.ndim
+    index = list(np.indices(indices.shape, sparse=True))
+    index[axis] = indices.astype(np.int64)
+    return tuple(index)
+
+
+@_export
+def scatter(x, indices, source, dim):
+    axis = dim % x.ndim
+    _check_indices("scatter", indices, x.shape[axis])
+    out = np.array(x, copy=True)
+    region = tuple(slice(0, s) for s in indices.shape)
+    index = _scatter_indices(x, indices, dim)
+    values = source[region]
+    # last write wins, in row-major order of indices
+    for position in np.ndindex(indices.shape):
+        target = tuple(int(np.broadcast_to(i, indices.shape)[position]) for i in index)
+        out[target] = values[position]
+    return out
+
+
+@_export
+def scatter_add(x, indices, source, dim):
+    axis = dim % x.ndim
+    _check_indices("scatter_add", indices, x.shape[axis])
+    out = np.array(x, copy=True)
+    region = tuple(slice(0, s) for s in indices.shape)
+    np.add.at(out, _scatter_indices(x, indices, dim), source[region])
+    return out
+
+
+@_export
+def index_select(x, indices, dim):
+    axis = dim % x.ndim
+    _check_indices("index_select", indices, x.shape[axis])
+    return np.take(x, indices.astype(np.int64), axis=axis)
+
+
+@_export
+def index_add(x, source, indices, dim):
+    axis = dim % x.ndim
+    _check_indices("index_add", indices, x.shape[axis])
+    out = np.array(x, copy=True)
+    index = [slice(None)] * x.ndim
+    index[axis] = indices.astype(np.int64)
+    np.add.at(out, tuple(index), source)
+    return out
+
+
+@_export
+def one_hot(indices, num_classes):
+    _check_indices("one_hot", indices, num_classes, "num_classes")
+    out = np.zeros(indices.shape + (num_classes,), dtype=np.int64)
+    np.put_along_axis(out, indices.astype(np.int64)[..., None], 1, axis=-1)
+    return out
+
+
+@_export
+def tril(x, diagonal=0):
+    return np.tril(x, diagonal)
+
+
+@_export
+def triu(x, diagonal=0):
+    return np.triu(x, diagonal)

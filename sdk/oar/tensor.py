@@ -1,0 +1,617 @@
+"""oar.Tensor: an n-d array in device memory, and the functions that make one.
+
+The data lives in the device's memory (from its caching allocator) and never
+on the host unless asked for: ``t.numpy()``, ``t.item()``, ``t.tolist()`` and
+``repr(t)`` copy it back through the plugin after the current stream's work.
+Everything else (ops, views, indexing) is enqueued on the current stream of
+the tensor's device and returns at once.
+
+The C++ core (``oar._C.TensorBase``) holds the storage and the metadata
+(shape, strides and offset in elements, dtype), the autograd slots
+(``requires_grad``, ``grad``, ``grad_fn``) and the version counter of in-place
+changes, and implements the operators, views and indexing. This class adds
+the host round trips, conversions, in-place methods and the methods generated
+from ops.yaml (``t.exp()``, ``t.sum(dim=1)``, ...).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from oar import _C, ops as _ops
+from oar import random as _random
+from oar.devices import DeviceLike, resolve
+from oar.errors import DTypeError
+
+__all__ = [
+    "Tensor", "DType", "float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "bool_",
+    "to_tensor", "tensor", "from_dlpack", "empty", "zeros", "ones", "full", "arange", "rand", "randn",
+    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "manual_seed",
+    "concat", "cat", "stack", "is_tensor", "dtype_of", "is_floating_point", "numpy_dtype",
+]
+
+DType = _C.DataType
+float32, float16, bfloat16, float64, int8, int32, int64, bool_ = _C.tensor_dtypes  # oar.bool is bool_
+_BY_NAME = {d.name: d for d in _C.tensor_dtypes}
+_FLOATING = frozenset(("float32", "float16", "bfloat16", "float64"))
+
+DLPACK_CPU = 1
+DLPACK_EXT_DEV = 12
+
+manual_seed = _random.manual_seed
+
+_numpy_dtypes: dict[str, np.dtype] = {
+    "float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "float64": np.dtype(np.float64),
+    "int8": np.dtype(np.int8), "int32": np.dtype(np.int32), "int64": np.dtype(np.int64),
+    "bool": np.dtype(np.bool_),
+}
+_numpy_lock = threading.Lock()
+
+
+def numpy_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype of an oar dtype (bfloat16 is ml_dtypes.bfloat16)."""
+    name = dtype_of(dtype).name
+    found = _numpy_dtypes.get(name)
+    if found is None:
+        with _numpy_lock:
+            try:
+                import ml_dtypes
+            except ImportError as error:  # pragma: no cover - a dependency of oar
+                raise DTypeError("bfloat16 tensors need the ml_dtypes package on the host "
+                                 "(pip install ml_dtypes), or convert first: t.to(oar.float32)") from error
+            found = _numpy_dtypes[name] = np.dtype(ml_dtypes.bfloat16)
+    return found
+
+
+def dtype_of(value: Any) -> DType:
+    """The oar dtype for an oar dtype, a name ("float32"), or a numpy dtype/type."""
+    if isinstance(value, DType):
+        found = _BY_NAME.get(value.name)
+    elif isinstance(value, str):
+        found = _BY_NAME.get(value.removeprefix("oar."))
+    else:
+        try:
+            found = _BY_NAME.get(np.dtype(value).name)
+        except TypeError:
+            found = None
+    if found is None:
+        raise DTypeError(f"{value!r} is not a tensor dtype of oar (float32, float16, bfloat16, float64, int8, "
+                         "int32, int64, bool)")
+    return found
+
+
+def is_floating_point(value: Any) -> bool:
+    """Whether a tensor or dtype is a floating-point type."""
+    return (value.dtype if isinstance(value, Tensor) else dtype_of(value)).name in _FLOATING
+
+
+def is_tensor(value: Any) -> bool:
+    return isinstance(value, _C.TensorBase)
+
+
+def _shape_tuple(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    if isinstance(shape, Tensor):
+        raise TypeError("a shape is ints, not a tensor")
+    return tuple(int(s) for s in shape)
+
+
+def _varargs_shape(shape: tuple) -> tuple[int, ...]:
+    if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+        return _shape_tuple(shape[0])
+    return _shape_tuple(shape)
+
+
+def _host_bytes(array: np.ndarray) -> np.ndarray:
+    """The bytes of a C-contiguous array as a flat uint8 view (any dtype, 0-d included)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+class Tensor(_C.TensorBase):
+    """An n-d array on a device. Make one with :func:`oar.tensor`, :func:`oar.zeros`, ... or an op.
+
+    ``shape``, ``dtype``, ``device``, ``ndim``, ``strides`` (in elements) and
+    ``numel()`` describe it; ``requires_grad``, ``grad``, ``grad_fn``,
+    ``is_leaf`` and ``backward()`` connect it to :mod:`oar.autograd`.
+    """
+
+    # numpy defers to our reflected operators instead of treating a tensor as an object.
+    __array_ufunc__ = None
+    __array_priority__ = 1000
+
+    # ---- host round trips ------------------------------------------------------------------
+
+    def numpy(self) -> np.ndarray:
+        """A new numpy array with the values (waits for the current stream's work first).
+        A failure of earlier asynchronous work (an index out of range in gather...)
+        surfaces here as an oar.DeviceError naming the kernel."""
+        source = self if self.is_contiguous() else self.contiguous()
+        out = np.empty(self.shape, dtype=numpy_dtype(self.dtype))
+        _C._copy_to_host(source, _host_bytes(out) if out.size else out.view(np.uint8))
+        return out
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def item(self) -> Any:
+        """The value of a one-element tensor as a Python number."""
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a tensor with one element, this one has {self.numel()} "
+                             f"(shape {tuple(self.shape)})")
+        value = self.numpy().reshape(())
+        if self.dtype is bfloat16:
+            return float(value)
+        return value.item()
+
+    def tolist(self) -> Any:
+        """The values as (nested) Python lists of numbers."""
+        array = self.numpy()
+        if self.dtype is bfloat16:
+            array = array.astype(np.float32)
+        return array.tolist()
+
+    def __repr__(self) -> str:
+        try:
+            array = self.numpy()
+            if self.dtype in (bfloat16, float16):
+                array = array.astype(np.float32)
+            body = np.array2string(array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3)
+        except Exception as error:  # noqa: BLE001 -- a repr must not raise
+            body = f"<values unavailable: {type(error).__name__}: {error}>"
+        extras = [f"device='{self.device}'", f"dtype=oar.{self.dtype.name}"]
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn=<{_node_name(self.grad_fn)}>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return f"tensor({body}, {', '.join(extras)})"
+
+    def __format__(self, spec: str) -> str:
+        if self.ndim == 0 and spec:
+            return format(self.item(), spec)
+        return format(repr(self), spec)
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        for i in range(self.shape[0]):
+            yield self[i]
+
+    def __reduce_ex__(self, protocol: int):
+        return (_rebuild, (self.numpy(), self.dtype.name, str(self.device), self.requires_grad))
+
+    def __dlpack_info__(self) -> str:  # pragma: no cover - documentation hook
+        return ("kDLExtDev device memory: zero-copy between users of the same plugin; numpy and torch "
+                "cannot read it (use t.numpy())")
+
+    # ---- conversions ----------------------------------------------------------------------------
+
+    def to(self, *args: Any, dtype: Any = None, device: DeviceLike = None, copy: bool = False) -> "Tensor":
+        """A tensor on another device and/or of another dtype: ``t.to("npu:1")``,
+        ``t.to(oar.float16)``, ``t.to("npu:1", oar.float64)``. Returns self when nothing
+        changes (unless copy). dtype changes use the cast op (recorded by autograd);
+        device changes go through the host."""
+        for arg in args:
+            if isinstance(arg, DType) or (isinstance(arg, str) and arg.removeprefix("oar.") in _BY_NAME):
+                dtype = arg
+            elif isinstance(arg, Tensor):
+                dtype, device = arg.dtype, arg.device
+            else:
+                device = arg
+        result = self
+        if device is not None:
+            _, target = resolve(device)
+            if target != self.device:
+                moved = to_tensor(self.numpy(), device=target)
+                result = moved
+        if dtype is not None and dtype_of(dtype) is not result.dtype:
+            result = _ops.cast(result, dtype=dtype_of(dtype))
+        if copy and result is self:
+            result = self.clone()
+        return result
+
+    def clone(self) -> "Tensor":
+        """A contiguous copy (the copy op; recorded by autograd)."""
+        return _ops.copy(self)
+
+    def float(self) -> "Tensor":
+        return self.to(float32)
+
+    def double(self) -> "Tensor":
+        return self.to(float64)
+
+    def half(self) -> "Tensor":
+        return self.to(float16)
+
+    def bfloat16(self) -> "Tensor":
+        return self.to(bfloat16)
+
+    def int(self) -> "Tensor":
+        return self.to(int32)
+
+    def long(self) -> "Tensor":
+        return self.to(int64)
+
+    def bool(self) -> "Tensor":
+        return self.to(bool_)
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.name in _FLOATING
+
+    def element_size(self) -> int:
+        return self.itemsize
+
+    def type_as(self, other: "Tensor") -> "Tensor":
+        return self.to(other.dtype)
+
+    # ---- autograd -------------------------------------------------------------------------------
+
+    def backward(self, gradient: "Tensor | None" = None, retain_graph: bool | None = None,
+                 create_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into each leaf's ``.grad`` (see oar.autograd.backward)."""
+        from oar import autograd
+
+        autograd.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        self.requires_grad = requires_grad
+        return self
+
+    # ---- in-place (bump the version counter; not recorded by autograd) ----------------------------
+
+    def copy_(self, source: Any) -> "Tensor":
+        """Copy source (a tensor, a number or array-like) into this tensor, broadcast and cast."""
+        if isinstance(source, Tensor) and source.device != self.device:
+            source = source.to(self.device)
+        _C._copy_into(self, source)
+        return self
+
+    def fill_(self, value: Any) -> "Tensor":
+        _C._copy_into(self, value)
+        return self
+
+    def zero_(self) -> "Tensor":
+        _C._copy_into(self, 0)
+        return self
+
+    def add_(self, other: Any, alpha: Any = 1) -> "Tensor":
+        _C._copy_into(self, self + (other if alpha == 1 else other * alpha))
+        return self
+
+    def sub_(self, other: Any, alpha: Any = 1) -> "Tensor":
+        _C._copy_into(self, self - (other if alpha == 1 else other * alpha))
+        return self
+
+    def mul_(self, other: Any) -> "Tensor":
+        _C._copy_into(self, self * other)
+        return self
+
+    def div_(self, other: Any) -> "Tensor":
+        _C._copy_into(self, self / other)
+        return self
+
+    def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":  # noqa: A002
+        _C._copy_into(self, self.clamp(min=-math.inf if min is None else min, max=math.inf if max is None else max))
+        return self
+
+    # ---- shape helpers (views, recorded as reshape/permute/transpose/split) -----------------------
+
+    def squeeze(self, dim: int | None = None) -> "Tensor":
+        if dim is None:
+            return self.reshape([s for s in self.shape if s != 1])
+        ndim = max(self.ndim, 1)
+        if not -ndim <= dim < ndim:
+            raise IndexError(f"squeeze: dim {dim} is out of range for a {self.ndim}-d tensor")
+        if self.ndim == 0 or self.shape[dim % ndim] != 1:
+            return self.reshape(self.shape)
+        shape = list(self.shape)
+        del shape[dim % ndim]
+        return self.reshape(shape)
+
+    def unsqueeze(self, dim: int) -> "Tensor":
+        ndim = self.ndim + 1
+        if not -ndim <= dim < ndim:
+            raise IndexError(f"unsqueeze: dim {dim} is out of range for a result of {ndim} dims")
+        shape = list(self.shape)
+        shape.insert(dim % ndim, 1)
+        return self.reshape(shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "Tensor":
+        if self.ndim == 0:
+            return self.reshape([1])
+        start, end = start_dim % self.ndim, end_dim % self.ndim
+        if start > end:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        shape = list(self.shape[:start]) + [math.prod(self.shape[start:end + 1])] + list(self.shape[end + 1:])
+        return self.reshape(shape)
+
+    def split(self, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple["Tensor", ...]:
+        """Views of consecutive pieces along dim: chunks of split_size (the last may be smaller),
+        or the given sizes."""
+        if isinstance(split_size_or_sections, (int, np.integer)):
+            size = int(split_size_or_sections)
+            if size <= 0:
+                raise ValueError(f"split: the chunk size must be positive, not {size}")
+            total = self.shape[dim]
+            sizes = [size] * (total // size) + ([total % size] if total % size else [])
+        else:
+            sizes = [int(s) for s in split_size_or_sections]
+        return _ops.split(self, sizes, dim=dim)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple["Tensor", ...]:
+        return self.split(max(1, -(-self.shape[dim] // chunks)), dim)
+
+    def expand_as(self, other: "Tensor") -> "Tensor":
+        return self.expand(other.shape)
+
+    def view_as(self, other: "Tensor") -> "Tensor":
+        return self.view(other.shape)
+
+    def reshape_as(self, other: "Tensor") -> "Tensor":
+        return self.reshape(other.shape)
+
+    @property
+    def T(self) -> "Tensor":
+        """The dims reversed (a transpose of a matrix)."""
+        return self.permute(list(range(self.ndim - 1, -1, -1))) if self.ndim > 1 else self.reshape(self.shape)
+
+    @property
+    def mT(self) -> "Tensor":
+        """The last two dims swapped."""
+        return self.transpose(-2, -1)
+
+    @property
+    def data(self) -> "Tensor":
+        """This tensor outside the autograd graph (shares the storage)."""
+        return self.detach()
+
+    @property
+    def is_cpu(self) -> bool:
+        return False
+
+
+def _node_name(node: Any) -> str:
+    name = getattr(node, "name", None)
+    name = name() if callable(name) else name
+    return str(name) if name else type(node).__name__
+
+
+def _rebuild(array: np.ndarray, dtype: str, device: str, requires_grad: bool) -> Tensor:
+    return to_tensor(array, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def _install_op_methods() -> None:
+    """t.exp(), t.sum(dim=1), t.clamp(0, 1), ...: the op functions of ops.yaml as methods,
+    for every op whose first input is a tensor, unless a method of that name exists."""
+    skip_kinds = {"creation", "view"}
+    for name in _ops.names:
+        s = _ops.schema(name)
+        if s["kind"] in skip_kinds or not s["inputs"] or name in ("copy", "cast", "where"):
+            continue
+        if hasattr(Tensor, name):
+            continue
+        setattr(Tensor, name, getattr(_ops, name))
+    Tensor.slice = _ops.slice
+
+
+_install_op_methods()
+_C._set_tensor_class(Tensor)
+
+
+# ---- making tensors -------------------------------------------------------------------------------
+
+def _default_dtype(value: Any) -> DType:
+    if isinstance(value, (bool, np.bool_)):
+        return bool_
+    if isinstance(value, (int, np.integer)):
+        return int64
+    return float32
+
+
+def to_tensor(data: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
+    """A new tensor on ``device`` (default: the current device) with a copy of ``data``: a
+    number, nested lists, a numpy array, anything with ``__array__`` or ``__dlpack__`` (host
+    memory), or a tensor. Python floats become float32, ints int64, bools bool; numpy
+    arrays keep their dtype (unless ``dtype`` is given)."""
+    target = None if dtype is None else dtype_of(dtype)
+    if isinstance(data, Tensor):
+        out = data.to(device if device is not None else data.device, dtype=target, copy=True).detach()
+        if out is data or out._shares_storage(data):
+            out = _ops.copy(out).detach()
+        out.requires_grad = requires_grad
+        return out
+    plugin, dev = resolve(device)
+    array = _host_array(data, target)
+    out = _C._empty(list(array.shape), array.dtype.name if target is None else target, plugin, dev.index)
+    if array.size:
+        _C._copy_from_host(out, _host_bytes(array))
+    if requires_grad:
+        out.requires_grad = True
+    return out
+
+
+def _host_array(data: Any, target: DType | None) -> np.ndarray:
+    if isinstance(data, np.ndarray):
+        array = data
+    elif hasattr(data, "__dlpack__") and not isinstance(data, np.generic) and not hasattr(data, "__array_interface__"):
+        array = _dlpack_to_numpy(data)
+    else:
+        array = np.asarray(data)
+        if array.dtype == np.float64 and not _has_float64(data):
+            array = array.astype(np.float32)  # Python floats: the default float dtype
+    if array.dtype == object:
+        raise TypeError(f"cannot make a tensor of {type(data).__name__}: values must be numbers (got an object array)")
+    if target is not None:
+        array = array.astype(numpy_dtype(target), copy=False)
+    else:
+        try:
+            dtype_of(array.dtype)
+        except DTypeError:
+            raise DTypeError(f"numpy dtype {array.dtype} has no oar dtype (float32, float16, bfloat16, "
+                             f"float64, int8, int32, int64, bool): pass dtype=..., e.g. dtype=oar.int32") from None
+    return np.ascontiguousarray(array)
+
+
+def _has_float64(data: Any) -> bool:
+    """Whether data is (or nests) numpy float64 values, not Python floats."""
+    if isinstance(data, (np.ndarray, np.generic)):
+        return data.dtype == np.float64
+    if isinstance(data, (list, tuple)) and data:
+        return _has_float64(data[0])
+    return False
+
+
+def _dlpack_to_numpy(obj: Any) -> np.ndarray:
+    if hasattr(obj, "detach") and getattr(obj, "requires_grad", False):
+        obj = obj.detach()  # torch refuses to export tensors that require grad
+    try:
+        return np.from_dlpack(obj)
+    except (BufferError, TypeError, RuntimeError):
+        # e.g. bfloat16, which numpy cannot import: through oar's own importer, then back
+        return from_dlpack(obj).numpy()
+
+
+tensor = to_tensor
+
+
+def from_dlpack(obj: Any, device: DeviceLike = None) -> Tensor:
+    """A tensor from a DLPack producer (numpy array, torch tensor, ... or a capsule).
+
+    Host memory (kDLCPU) is copied to ``device`` (default: the current device): a plugin
+    device cannot alias host memory. An oar tensor comes back as a view of the same
+    storage (zero-copy). The reverse direction, ``numpy.from_dlpack(t)`` of an oar tensor,
+    is not possible (device memory): use ``t.numpy()``."""
+    if isinstance(obj, Tensor):
+        if device is not None and resolve(device)[1] != obj.device:
+            return obj.to(device)
+        return obj.detach()
+    if type(obj).__name__ == "PyCapsule":
+        capsule = obj
+    else:
+        if hasattr(obj, "__dlpack_device__"):
+            kind, index = obj.__dlpack_device__()
+            if int(kind) != DLPACK_CPU:
+                raise BufferError(f"oar.from_dlpack imports host memory (kDLCPU) only; this object lives on "
+                                  f"DLPack device ({int(kind)}, {int(index)})")
+        if hasattr(obj, "detach") and getattr(obj, "requires_grad", False):
+            obj = obj.detach()
+        capsule = obj.__dlpack__()
+    plugin, dev = resolve(device)
+    return _C._from_dlpack_capsule(capsule, plugin, dev.index)
+
+
+def _create(op: str, shape: Any, dtype: Any, device: DeviceLike, requires_grad: bool, **attrs: Any) -> Tensor:
+    plugin, dev = resolve(device)
+    out = _C._create(op, list(shape), dtype, plugin, dev.index, attrs)
+    if requires_grad:
+        out.requires_grad = True
+    return out
+
+
+def empty(*shape: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
+    """An uninitialized tensor (memory from the caching allocator, no kernel)."""
+    plugin, dev = resolve(device)
+    out = _C._empty(list(_varargs_shape(shape)), dtype_of(dtype or float32), plugin, dev.index)
+    if requires_grad:
+        out.requires_grad = True
+    return out
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, device: DeviceLike = None,
+         requires_grad: bool = False) -> Tensor:
+    """A tensor of ``shape`` filled with ``fill_value`` (the full op). The dtype defaults to the
+    value's: bool, int64 for ints, float32 for floats."""
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    target = dtype_of(dtype) if dtype is not None else _default_dtype(fill_value)
+    shape = _shape_tuple(shape)
+    if isinstance(fill_value, (int, np.integer)) and not isinstance(fill_value, bool) and abs(int(fill_value)) > 2 ** 53:
+        # beyond float64's exact integers: the full op's float attr would round it
+        return to_tensor(np.full(shape, int(fill_value), dtype=numpy_dtype(target)), device=device,
+                         requires_grad=requires_grad)
+    return _create("full", shape, target, device, requires_grad, value=float(fill_value))
+
+
+def zeros(*shape: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
+    return full(_varargs_shape(shape), 0, dtype=dtype or float32, device=device, requires_grad=requires_grad)
+
+
+def ones(*shape: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
+    return full(_varargs_shape(shape), 1, dtype=dtype or float32, device=device, requires_grad=requires_grad)
+
+
+def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: DeviceLike = None,
+           requires_grad: bool = False) -> Tensor:
+    """Values start, start + step, ... below end (the arange op). int64 when start, end and
+    step are ints, else float32."""
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise ValueError("arange: step must not be 0")
+    all_ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, end, step))
+    target = dtype_of(dtype) if dtype is not None else (int64 if all_ints else float32)
+    count = max(0, math.ceil((end - start) / step))
+    return _create("arange", (count,), target, device, requires_grad, start=float(start), step=float(step))
+
+
+def rand(*shape: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
+    """Uniform [0, 1) from the Philox stream of the global seed (oar.manual_seed)."""
+    shape = _varargs_shape(shape)
+    seed, offset = _random.next_seed_offset(math.prod(shape))
+    return _create("rand", shape, dtype_of(dtype or float32), device, requires_grad, seed=seed, offset=offset)
+
+
+def randn(*shape: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
+    """Standard normal (Box-Muller over the Philox stream of the global seed)."""
+    shape = _varargs_shape(shape)
+    seed, offset = _random.next_seed_offset(math.prod(shape))
+    return _create("randn", shape, dtype_of(dtype or float32), device, requires_grad, seed=seed, offset=offset)
+
+
+def _like(make, t: Tensor, dtype: Any, device: DeviceLike, **kwargs: Any) -> Tensor:
+    return make(tuple(t.shape), dtype=dtype or t.dtype, device=device or t.device, **kwargs)
+
+
+def empty_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    return _like(empty, t, dtype, device)
+
+
+def zeros_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    return _like(zeros, t, dtype, device)
+
+
+def ones_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    return _like(ones, t, dtype, device)
+
+
+def full_like(t: Tensor, fill_value: Any, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    return full(tuple(t.shape), fill_value, dtype=dtype or t.dtype, device=device or t.device)
+
+
+def rand_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    return _like(rand, t, dtype, device)
+
+
+def randn_like(t: Tensor, dtype: Any = None, device: DeviceLike = None) -> Tensor:
+    return _like(randn, t, dtype, device)
+
+
+def concat(tensors: Iterable[Tensor], dim: int = 0) -> Tensor:
+    """Tensors joined along dim (the concat view op: copy kernels into slices of the result)."""
+    return _C._concat(list(tensors), dim)
+
+
+cat = concat
+
+
+def stack(tensors: Iterable[Tensor], dim: int = 0) -> Tensor:
+    """Tensors of one shape joined along a new dim."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: needs at least one tensor")
+    return concat([t.unsqueeze(dim) for t in tensors], dim=dim)
