@@ -2,7 +2,8 @@
    BLAS (scipy_cblas_sgemm / scipy_cblas_dgemm). Operands stored row- or
    column-major are passed as BLAS (trans)poses in place; others go through a
    compact scratch copy. Batch dims that b broadcasts (stride 0) fold into M
-   when a and out allow, so x [B, T, K] @ w [K, N] is one gemm. */
+   when a and out allow, so x [B, T, K] @ w [K, N] is one gemm. Gemms (or row
+   / column blocks of one) run on the plugin's pool, the BLAS single-threaded. */
 #include "kernels_nn_util.h"
 
 #include <cblas.h>
@@ -29,6 +30,8 @@ typedef struct matmul_plan {
   char *a_data, *b_data, *out_data;
   char* scratch;                    /* per chunk: the non-direct matrices */
   size_t scratch_per_chunk;         /* bytes */
+  int64_t row_blocks, col_blocks;   /* blocks per gemm for the pool */
+  int64_t block_rows, block_cols;
 } matmul_plan;
 
 /* A rows x cols matrix with element strides is BLAS-addressable when one stride
@@ -80,44 +83,94 @@ static void gemm_call(bool f64, bool column_major, bool trans_a, bool trans_b, i
                       (blasint)ldb, 0.0f, c, (blasint)ldc);
 }
 
-/* One gemm; scratch holds room for the non-direct operands. */
-static void gemm_one(const matmul_plan* mm, char* a_data, char* b_data, char* out_data, char* scratch) {
+/* Element offset of (row, col) in a matrix as BLAS reads it (packed ones are row-major). */
+static int64_t element_at(const matrix_access* x, int64_t row, int64_t col) {
+  return x->transposed ? row + col * x->ld : row * x->ld + col;
+}
+
+/* Rows [row0, row0 + rows) x columns [col0, col0 + cols) of one gemm; scratch
+   holds room for the non-direct operands (then the block is the whole matrix). */
+static void gemm_block(const matmul_plan* mm, char* a_data, char* b_data, char* out_data,
+                       int64_t row0, int64_t rows, int64_t col0, int64_t cols, char* scratch) {
+  int elem = mm->a.view.elem_size;
   const char* a = a_data;
   const char* b = b_data;
   char* out = out_data;
   if (!mm->a.direct) {
-    nn_pack(scratch, a_data, 2, mm->a.view.shape, mm->a.view.strides, mm->a.view.elem_size);
+    nn_pack(scratch, a_data, 2, mm->a.view.shape, mm->a.view.strides, elem);
     a = scratch;
     scratch += access_scratch_bytes(&mm->a);
   }
   if (!mm->b.direct) {
-    nn_pack(scratch, b_data, 2, mm->b.view.shape, mm->b.view.strides, mm->b.view.elem_size);
+    nn_pack(scratch, b_data, 2, mm->b.view.shape, mm->b.view.strides, elem);
     b = scratch;
     scratch += access_scratch_bytes(&mm->b);
   }
   if (!mm->out.direct) out = scratch;
+  a += element_at(&mm->a, row0, 0) * elem;
+  b += element_at(&mm->b, 0, col0) * elem;
+  out += element_at(&mm->out, row0, col0) * elem;
   if (mm->out_column_major) {
     /* Column-major call computes out^T = b^T a^T: an operand stored row-major
        is its own transpose there. */
-    gemm_call(mm->f64, true, !mm->a.transposed, !mm->b.transposed, mm->m, mm->n, mm->k, a,
+    gemm_call(mm->f64, true, !mm->a.transposed, !mm->b.transposed, rows, cols, mm->k, a,
               mm->a.ld, b, mm->b.ld, out, mm->out.ld);
   } else {
-    gemm_call(mm->f64, false, mm->a.transposed, mm->b.transposed, mm->m, mm->n, mm->k, a, mm->a.ld,
+    gemm_call(mm->f64, false, mm->a.transposed, mm->b.transposed, rows, cols, mm->k, a, mm->a.ld,
               b, mm->b.ld, out, mm->out.ld);
   }
   if (!mm->out.direct)
-    nn_unpack(out_data, out, 2, mm->out.view.shape, mm->out.view.strides, mm->out.view.elem_size);
+    nn_unpack(out_data, out, 2, mm->out.view.shape, mm->out.view.strides, elem);
 }
 
-static void batch_range(void* opaque, int64_t begin, int64_t end, int chunk) {
+/* Items are (batch, row block, column block), row-major. */
+static void block_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   const matmul_plan* mm = opaque;
   char* scratch = mm->scratch ? mm->scratch + (size_t)chunk * mm->scratch_per_chunk : NULL;
   int elem = mm->a.view.elem_size;
-  for (int64_t batch = begin; batch < end; batch++) {
+  int64_t per_batch = mm->row_blocks * mm->col_blocks;
+  for (int64_t item = begin; item < end; item++) {
+    int64_t batch = item / per_batch, block = item % per_batch;
+    int64_t row0 = (block / mm->col_blocks) * mm->block_rows;
+    int64_t col0 = (block % mm->col_blocks) * mm->block_cols;
+    int64_t rows = mm->m - row0 < mm->block_rows ? mm->m - row0 : mm->block_rows;
+    int64_t cols = mm->n - col0 < mm->block_cols ? mm->n - col0 : mm->block_cols;
     char* a = mm->a_data + nn_offset_of(batch, mm->batch_ndim, mm->batch_shape, mm->batch_strides[0]) * elem;
     char* b = mm->b_data + nn_offset_of(batch, mm->batch_ndim, mm->batch_shape, mm->batch_strides[1]) * elem;
     char* out = mm->out_data + nn_offset_of(batch, mm->batch_ndim, mm->batch_shape, mm->batch_strides[2]) * elem;
-    gemm_one(mm, a, b, out, scratch);
+    gemm_block(mm, a, b, out, row0, rows, col0, cols, scratch);
+  }
+}
+
+/* The BLAS runs one thread per call: the plugin's pool splits the work into
+   blocks it claims dynamically, which keeps both cores busy when another
+   thread (the host enqueueing the next op) competes, where OpenBLAS's static
+   split would wait on its slowest thread. */
+static void blas_one_thread(void) { scipy_openblas_set_num_threads(1); }
+
+/* Splits the gemms of mm into blocks for the pool: whole gemms when there are
+   enough of them, else row (or column) blocks of at least 32, all operands direct. */
+static void plan_blocks(matmul_plan* mm) {
+  mm->row_blocks = mm->col_blocks = 1;
+  mm->block_rows = mm->m;
+  mm->block_cols = mm->n;
+  int threads = g_refcpu.config.threads;
+  int64_t wanted = (int64_t)threads * 4;
+  if (threads < 2 || mm->batches >= wanted || !mm->a.direct || !mm->b.direct || !mm->out.direct)
+    return;
+  int64_t per_gemm = (wanted + mm->batches - 1) / mm->batches;
+  if (mm->m >= mm->n) {
+    int64_t blocks = mm->m / 32 < per_gemm ? mm->m / 32 : per_gemm;
+    if (blocks > 1) {
+      mm->block_rows = (mm->m + blocks - 1) / blocks;
+      mm->row_blocks = (mm->m + mm->block_rows - 1) / mm->block_rows;
+    }
+  } else {
+    int64_t blocks = mm->n / 32 < per_gemm ? mm->n / 32 : per_gemm;
+    if (blocks > 1) {
+      mm->block_cols = (mm->n + blocks - 1) / blocks;
+      mm->col_blocks = (mm->n + mm->block_cols - 1) / mm->block_cols;
+    }
   }
 }
 
@@ -175,10 +228,12 @@ static oar_status run_matmul_common(const kernel_command* cmd, const char* op) {
   mm.out_column_major = mm.out.direct && mm.out.transposed;
   mm.batches = shape_numel(mm.batch_ndim, mm.batch_shape);
 
-  /* OpenBLAS threads a gemm itself from M*N*K = 65536 * 4 on; below that it
-     runs one thread, so batches of such gemms split over the pool instead. */
+  static pthread_once_t blas_threads_once = PTHREAD_ONCE_INIT;
+  pthread_once(&blas_threads_once, blas_one_thread);
+  plan_blocks(&mm);
+  int64_t items = mm.batches * mm.row_blocks * mm.col_blocks;
   double volume = (double)mm.m * (double)mm.n * (double)mm.k;
-  int chunks = mm.batches > 1 && volume < 262144.0 ? nn_chunk_count(mm.batches, 2.0 * volume) : 1;
+  int chunks = nn_chunk_count(items, 2.0 * volume / (double)(mm.row_blocks * mm.col_blocks));
   mm.scratch_per_chunk =
       access_scratch_bytes(&mm.a) + access_scratch_bytes(&mm.b) + access_scratch_bytes(&mm.out);
   if (mm.scratch_per_chunk) {
@@ -186,7 +241,7 @@ static oar_status run_matmul_common(const kernel_command* cmd, const char* op) {
     if (!mm.scratch)
       return refcpu_fail(OAR_ERROR_OUT_OF_MEMORY, "kernel %s: out of host memory for a scratch matrix", op);
   }
-  nn_parallel_for(mm.batches, chunks, batch_range, &mm);
+  nn_parallel_for(items, chunks, block_range, &mm);
   free(mm.scratch);
   return OAR_SUCCESS;
 }

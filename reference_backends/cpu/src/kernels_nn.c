@@ -12,6 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* GCC if-converts the float selects of nn_expf and the row loops (so they
+   vectorize) only when it may assume no floating-point traps; values, NaN and
+   Inf are unchanged, only exception flags may differ, which nothing reads. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 /* exp for float32 without a libm call, so loops over it vectorize: Cody-Waite
    reduction and the Cephes polynomial (about 1 ulp). Results below FLT_MIN
    flush to 0; overflow gives +inf; NaN stays NaN. */
@@ -787,6 +794,13 @@ static bool channel_matrix_ld(const tensor_view* v, int64_t channels, int64_t* l
   return *ld >= h * w && *ld <= INT32_MAX;
 }
 
+/* The BLAS runs one thread per call; the pool splits the work (see kernels_matmul.c). */
+static void conv_blas_threads(void) { scipy_openblas_set_num_threads(1); }
+static void conv_blas_one_thread(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, conv_blas_threads);
+}
+
 static void conv_gemm(bool f64, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                       const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c,
                       int64_t ldc) {
@@ -808,31 +822,54 @@ static void conv_im2col(bool f64, const char* x, const tensor_view* view, const 
     im2col_f32((const float*)x, view->strides[1], view->strides[2], view->strides[3], g, (float*)col);
 }
 
-/* Scratch of a conv run, freed together. */
-typedef struct conv_buffers {
-  char* col;    /* ck x spatial */
-  char* block;  /* a packed grad block, or an out block */
-  char* sample; /* a compact input-shaped sample (backward input) */
-  char* weight; /* compact weight (forward, backward input) or its gradient (backward weight) */
-} conv_buffers;
+/* One conv launch: geometry, operands as BLAS reads them, per-chunk scratch. */
+typedef struct conv_job {
+  conv_geometry g;
+  bool f64;
+  int size;
+  const tensor_view *x, *grad, *bias, *out;
+  const char* w;              /* compact weight [O, ck] (forward, backward input) */
+  bool pointwise;             /* x is its own column matrix (1x1, stride 1, no padding) */
+  bool x_direct, grad_direct, out_direct, out_compact;
+  int64_t x_ld, grad_ld, out_ld;
+  char* scratch;              /* chunks x per_chunk bytes */
+  size_t per_chunk;
+  size_t col_at, block_at, sample_at, partial_at; /* offsets inside a chunk's part */
+  int chunks_used;
+} conv_job;
 
-static void conv_buffers_free(conv_buffers* b) {
-  free(b->col);
-  free(b->block);
-  free(b->sample);
-  free(b->weight);
-}
-
-static oar_status conv_alloc(const char* op, char** buffer, int64_t elements, int size) {
-  *buffer = malloc((size_t)(elements > 0 ? elements : 1) * (size_t)size);
-  if (!*buffer) return refcpu_fail(OAR_ERROR_OUT_OF_MEMORY, "kernel %s: out of host memory", op);
+/* Lays out a chunk's scratch: a column matrix, a grad/out block, an input
+   sample and a weight-gradient partial, each when wanted. */
+static oar_status conv_scratch(const char* op, conv_job* job, int chunks, bool col, bool block,
+                               bool sample, bool partial) {
+  const conv_geometry* g = &job->g;
+  size_t size = (size_t)job->size, at = 0;
+  job->col_at = at;
+  at += col ? (size_t)(g->ck * g->spatial) * size : 0;
+  job->block_at = at;
+  at += block ? (size_t)(g->group_out * g->spatial) * size : 0;
+  job->sample_at = at;
+  at += sample ? (size_t)(g->in_c * g->in_h * g->in_w) * size : 0;
+  job->partial_at = at;
+  at += partial ? (size_t)(g->out_c * g->ck) * size : 0;
+  job->per_chunk = (at + 63) & ~(size_t)63;
+  job->scratch = NULL;
+  if (job->per_chunk == 0) return OAR_SUCCESS;
+  job->scratch = malloc(job->per_chunk * (size_t)chunks);
+  if (!job->scratch) return refcpu_fail(OAR_ERROR_OUT_OF_MEMORY, "kernel %s: out of host memory", op);
   return OAR_SUCCESS;
 }
 
-/* weight [O, ck] compact: in place, or packed into *owned. */
-static oar_status conv_compact_weight(const char* op, const tensor_view* weight, const char** data,
-                                      char** owned) {
-  return compact_copy(op, weight, data, owned);
+static char* conv_part(const conv_job* job, int chunk, size_t at) {
+  return job->scratch + (size_t)chunk * job->per_chunk + at;
+}
+
+/* Chunks nn_parallel_for really runs for items split into chunks. */
+static int chunks_used(int64_t items, int chunks) {
+  if (items <= 0) return 0;
+  if (chunks <= 1) return 1;
+  int64_t per = (items + chunks - 1) / chunks;
+  return (int)((items + per - 1) / per);
 }
 
 static const conv_attr_indices conv2d_attrs = {ATTR_conv2d_stride, ATTR_conv2d_padding,
@@ -866,58 +903,76 @@ oar_status refcpu_check_conv2d(kernel_command* cmd) {
   return OAR_SUCCESS;
 }
 
+/* Items are (sample, group): im2col of the group's channels, then
+   out_g [O/g, P] = W_g [O/g, ck] @ col [ck, P] (+ bias). */
+static void conv_forward_range(void* opaque, int64_t begin, int64_t end, int chunk) {
+  const conv_job* job = opaque;
+  const conv_geometry* g = &job->g;
+  const tensor_view *x = job->x, *out = job->out, *bias = job->bias;
+  int size = job->size;
+  char* col = conv_part(job, chunk, job->col_at);
+  char* block = conv_part(job, chunk, job->block_at);
+  for (int64_t item = begin; item < end; item++) {
+    int64_t n = item / g->groups, group = item % g->groups;
+    const char* x_block = x->data + (n * x->strides[0] + group * g->group_in * x->strides[1]) * size;
+    char* out_block = out->data + (n * out->strides[0] + group * g->group_out * out->strides[1]) * size;
+    char* c = job->out_direct ? out_block : block;
+    int64_t ldc = job->out_direct ? job->out_ld : g->spatial;
+    double beta = 0.0;
+    if (bias) {
+      for (int64_t o = 0; o < g->group_out; o++) {
+        double value = load_float(bias->data + (group * g->group_out + o) * bias->strides[0] * size, job->f64);
+        for (int64_t p = 0; p < g->spatial; p++) store_float(c + (o * ldc + p) * size, job->f64, value);
+      }
+      beta = 1.0;
+    }
+    if (g->ck == 0) {
+      if (!bias)
+        for (int64_t o = 0; o < g->group_out; o++) memset(c + o * ldc * size, 0, (size_t)(g->spatial * size));
+    } else {
+      const char* b = x_block;
+      int64_t ldb = job->x_ld;
+      if (!job->x_direct) {
+        conv_im2col(job->f64, x_block, x, g, col);
+        b = col;
+        ldb = g->spatial;
+      }
+      conv_gemm(job->f64, false, false, g->group_out, g->spatial, g->ck,
+                job->w + group * g->group_out * g->ck * size, g->ck, b, ldb, beta, c, ldc);
+    }
+    if (!job->out_direct) {
+      int64_t shape[3] = {g->group_out, g->out_h, g->out_w};
+      nn_unpack(out_block, c, 3, shape, out->strides + 1, size);
+    }
+  }
+}
+
+/* Work of one item, in element operations, for the pool's split. */
+static double conv_item_cost(const conv_geometry* g) {
+  return 2.0 * (double)g->group_out * (double)g->ck * (double)g->spatial + (double)(g->ck * g->spatial);
+}
+
 oar_status refcpu_run_conv2d(const kernel_command* cmd) {
   const char* op = "conv2d";
-  const tensor_view *x = &cmd->inputs[0], *weight = &cmd->inputs[1], *out = &cmd->outputs[0];
-  const tensor_view* bias = cmd->num_inputs > 2 ? &cmd->inputs[2] : NULL;
-  conv_geometry g;
-  REFCPU_TRY(conv_geometry_of(cmd, op, conv2d_attrs, x->shape, weight->shape, &g));
-  if (view_numel(out) == 0) return OAR_SUCCESS;
-  bool f64 = out->dtype == DTYPE_F64;
-  int size = out->elem_size;
-  conv_buffers buffers = {0};
-  const char* w = NULL;
-  oar_status status = conv_compact_weight(op, weight, &w, &buffers.weight);
-  bool pointwise = conv_is_pointwise(&g);
-  int64_t x_ld = 0, out_ld = 0;
-  bool x_direct = pointwise && g.ck > 0 && channel_matrix_ld(x, g.group_in, &x_ld);
-  bool out_direct = channel_matrix_ld(out, g.group_out, &out_ld);
-  if (status == OAR_SUCCESS && !x_direct && g.ck > 0) status = conv_alloc(op, &buffers.col, g.ck * g.spatial, size);
-  if (status == OAR_SUCCESS && !out_direct) status = conv_alloc(op, &buffers.block, g.group_out * g.spatial, size);
-  for (int64_t n = 0; n < g.batch && status == OAR_SUCCESS; n++)
-    for (int64_t group = 0; group < g.groups; group++) {
-      const char* x_block = x->data + (n * x->strides[0] + group * g.group_in * x->strides[1]) * size;
-      char* out_block = out->data + (n * out->strides[0] + group * g.group_out * out->strides[1]) * size;
-      char* c = out_direct ? out_block : buffers.block;
-      int64_t ldc = out_direct ? out_ld : g.spatial;
-      double beta = 0.0;
-      if (bias) {
-        for (int64_t o = 0; o < g.group_out; o++) {
-          double value = load_float(bias->data + (group * g.group_out + o) * bias->strides[0] * size, f64);
-          for (int64_t p = 0; p < g.spatial; p++) store_float(c + (o * ldc + p) * size, f64, value);
-        }
-        beta = 1.0;
-      }
-      if (g.ck == 0) {
-        if (!bias)
-          for (int64_t o = 0; o < g.group_out; o++) memset(c + o * ldc * size, 0, (size_t)(g.spatial * size));
-      } else {
-        const char* b = x_block;
-        int64_t ldb = x_ld;
-        if (!x_direct) {
-          conv_im2col(f64, x_block, x, &g, buffers.col);
-          b = buffers.col;
-          ldb = g.spatial;
-        }
-        conv_gemm(f64, false, false, g.group_out, g.spatial, g.ck, w + group * g.group_out * g.ck * size,
-                  g.ck, b, ldb, beta, c, ldc);
-      }
-      if (!out_direct) {
-        int64_t shape[3] = {g.group_out, g.out_h, g.out_w};
-        nn_unpack(out_block, c, 3, shape, out->strides + 1, size);
-      }
-    }
-  conv_buffers_free(&buffers);
+  conv_job job = {.x = &cmd->inputs[0], .out = &cmd->outputs[0],
+                  .bias = cmd->num_inputs > 2 ? &cmd->inputs[2] : NULL};
+  REFCPU_TRY(conv_geometry_of(cmd, op, conv2d_attrs, job.x->shape, cmd->inputs[1].shape, &job.g));
+  if (view_numel(job.out) == 0) return OAR_SUCCESS;
+  conv_blas_one_thread();
+  const conv_geometry* g = &job.g;
+  job.f64 = job.out->dtype == DTYPE_F64;
+  job.size = job.out->elem_size;
+  char* owned_weight = NULL;
+  REFCPU_TRY(compact_copy(op, &cmd->inputs[1], &job.w, &owned_weight));
+  job.pointwise = conv_is_pointwise(g);
+  job.x_direct = job.pointwise && g->ck > 0 && channel_matrix_ld(job.x, g->group_in, &job.x_ld);
+  job.out_direct = channel_matrix_ld(job.out, g->group_out, &job.out_ld);
+  int64_t items = g->batch * g->groups;
+  int chunks = nn_chunk_count(items, conv_item_cost(g));
+  oar_status status = conv_scratch(op, &job, chunks, !job.x_direct && g->ck > 0, !job.out_direct, false, false);
+  if (status == OAR_SUCCESS) nn_parallel_for(items, chunks, conv_forward_range, &job);
+  free(job.scratch);
+  free(owned_weight);
   return status;
 }
 
@@ -944,58 +999,74 @@ oar_status refcpu_check_conv2d_backward_input(kernel_command* cmd) {
   return OAR_SUCCESS;
 }
 
-oar_status refcpu_run_conv2d_backward_input(const kernel_command* cmd) {
-  const char* op = "conv2d_backward_input";
-  const tensor_view *grad = &cmd->inputs[0], *weight = &cmd->inputs[1], *out = &cmd->outputs[0];
-  conv_geometry g;
-  REFCPU_TRY(conv_geometry_of(cmd, op, conv2d_bi_attrs, out->shape, weight->shape, &g));
-  if (view_numel(out) == 0) return OAR_SUCCESS;
-  bool f64 = out->dtype == DTYPE_F64;
-  int size = out->elem_size;
-  if (g.group_out == 0 || g.spatial == 0) {
-    nn_zero_view(out); /* nothing flows back */
-    return OAR_SUCCESS;
-  }
-  conv_buffers buffers = {0};
-  const char* w = NULL;
-  oar_status status = conv_compact_weight(op, weight, &w, &buffers.weight);
-  bool pointwise = conv_is_pointwise(&g);
-  int64_t grad_ld = 0;
-  bool grad_direct = channel_matrix_ld(grad, g.group_out, &grad_ld);
-  int64_t sample_shape[3] = {g.in_c, g.in_h, g.in_w}, stride = 1;
-  bool out_compact = nn_block_is_linear(3, sample_shape, out->strides + 1, &stride) && stride == 1;
-  int64_t plane = g.in_h * g.in_w;
-  if (status == OAR_SUCCESS && !pointwise) status = conv_alloc(op, &buffers.col, g.ck * g.spatial, size);
-  if (status == OAR_SUCCESS && !grad_direct) status = conv_alloc(op, &buffers.block, g.group_out * g.spatial, size);
-  if (status == OAR_SUCCESS && !out_compact) status = conv_alloc(op, &buffers.sample, g.in_c * plane, size);
-  for (int64_t n = 0; n < g.batch && status == OAR_SUCCESS; n++) {
+/* Items are samples: per group, col [ck, P] = W_g^T @ grad_g, then col2im
+   into the sample's input gradient (pointwise: the gemm writes it directly). */
+static void conv_backward_input_range(void* opaque, int64_t begin, int64_t end, int chunk) {
+  const conv_job* job = opaque;
+  const conv_geometry* g = &job->g;
+  const tensor_view *grad = job->grad, *out = job->out;
+  int size = job->size;
+  int64_t plane = g->in_h * g->in_w;
+  int64_t sample_shape[3] = {g->in_c, g->in_h, g->in_w};
+  char* col = conv_part(job, chunk, job->col_at);
+  char* block = conv_part(job, chunk, job->block_at);
+  char* sample = conv_part(job, chunk, job->sample_at);
+  for (int64_t n = begin; n < end; n++) {
     char* out_sample = out->data + n * out->strides[0] * size;
-    char* dx = out_compact ? out_sample : buffers.sample;
-    if (!pointwise) memset(dx, 0, (size_t)(g.in_c * plane * size));
-    for (int64_t group = 0; group < g.groups; group++) {
-      const char* grad_block = grad->data + (n * grad->strides[0] + group * g.group_out * grad->strides[1]) * size;
+    char* dx = job->out_compact ? out_sample : sample;
+    if (!job->pointwise) memset(dx, 0, (size_t)(g->in_c * plane * size));
+    for (int64_t group = 0; group < g->groups; group++) {
+      const char* grad_block = grad->data + (n * grad->strides[0] + group * g->group_out * grad->strides[1]) * size;
       const char* b = grad_block;
-      int64_t ldb = grad_ld;
-      if (!grad_direct) {
-        int64_t shape[3] = {g.group_out, g.out_h, g.out_w};
-        nn_pack(buffers.block, grad_block, 3, shape, grad->strides + 1, size);
-        b = buffers.block;
-        ldb = g.spatial;
+      int64_t ldb = job->grad_ld;
+      if (!job->grad_direct) {
+        int64_t shape[3] = {g->group_out, g->out_h, g->out_w};
+        nn_pack(block, grad_block, 3, shape, grad->strides + 1, size);
+        b = block;
+        ldb = g->spatial;
       }
-      const char* w_group = w + group * g.group_out * g.ck * size;
-      char* dx_group = dx + group * g.group_in * plane * size;
-      if (pointwise) {
+      const char* w_group = job->w + group * g->group_out * g->ck * size;
+      char* dx_group = dx + group * g->group_in * plane * size;
+      if (job->pointwise) {
         /* dx_g [C/g, HW] = W_g^T [C/g, O/g] @ grad_g [O/g, HW] */
-        conv_gemm(f64, true, false, g.ck, g.spatial, g.group_out, w_group, g.ck, b, ldb, 0.0, dx_group, plane);
+        conv_gemm(job->f64, true, false, g->ck, g->spatial, g->group_out, w_group, g->ck, b, ldb,
+                  0.0, dx_group, plane);
       } else {
-        conv_gemm(f64, true, false, g.ck, g.spatial, g.group_out, w_group, g.ck, b, ldb, 0.0, buffers.col, g.spatial);
-        if (f64) col2im_add_f64((const double*)buffers.col, &g, (double*)dx_group);
-        else col2im_add_f32((const float*)buffers.col, &g, (float*)dx_group);
+        conv_gemm(job->f64, true, false, g->ck, g->spatial, g->group_out, w_group, g->ck, b, ldb,
+                  0.0, col, g->spatial);
+        if (job->f64) col2im_add_f64((const double*)col, g, (double*)dx_group);
+        else col2im_add_f32((const float*)col, g, (float*)dx_group);
       }
     }
-    if (!out_compact) nn_unpack(out_sample, dx, 3, sample_shape, out->strides + 1, size);
+    if (!job->out_compact) nn_unpack(out_sample, dx, 3, sample_shape, out->strides + 1, size);
   }
-  conv_buffers_free(&buffers);
+}
+
+oar_status refcpu_run_conv2d_backward_input(const kernel_command* cmd) {
+  const char* op = "conv2d_backward_input";
+  conv_job job = {.grad = &cmd->inputs[0], .out = &cmd->outputs[0]};
+  REFCPU_TRY(conv_geometry_of(cmd, op, conv2d_bi_attrs, job.out->shape, cmd->inputs[1].shape, &job.g));
+  if (view_numel(job.out) == 0) return OAR_SUCCESS;
+  const conv_geometry* g = &job.g;
+  if (g->group_out == 0 || g->spatial == 0) {
+    nn_zero_view(job.out); /* nothing flows back */
+    return OAR_SUCCESS;
+  }
+  conv_blas_one_thread();
+  job.f64 = job.out->dtype == DTYPE_F64;
+  job.size = job.out->elem_size;
+  char* owned_weight = NULL;
+  REFCPU_TRY(compact_copy(op, &cmd->inputs[1], &job.w, &owned_weight));
+  job.pointwise = conv_is_pointwise(g);
+  job.grad_direct = channel_matrix_ld(job.grad, g->group_out, &job.grad_ld);
+  int64_t sample_shape[3] = {g->in_c, g->in_h, g->in_w}, stride = 1;
+  job.out_compact = nn_block_is_linear(3, sample_shape, job.out->strides + 1, &stride) && stride == 1;
+  int chunks = nn_chunk_count(g->batch, conv_item_cost(g) * (double)g->groups);
+  oar_status status = conv_scratch(op, &job, chunks, !job.pointwise, !job.grad_direct,
+                                   !job.out_compact, false);
+  if (status == OAR_SUCCESS) nn_parallel_for(g->batch, chunks, conv_backward_input_range, &job);
+  free(job.scratch);
+  free(owned_weight);
   return status;
 }
 
@@ -1023,54 +1094,80 @@ oar_status refcpu_check_conv2d_backward_weight(kernel_command* cmd) {
   return OAR_SUCCESS;
 }
 
+/* Items are samples: per group, dW_g [O/g, ck] (+)= grad_g [O/g, P] @ col^T,
+   into the chunk's own partial (summed in chunk order afterwards). */
+static void conv_backward_weight_range(void* opaque, int64_t begin, int64_t end, int chunk) {
+  const conv_job* job = opaque;
+  const conv_geometry* g = &job->g;
+  const tensor_view *grad = job->grad, *x = job->x;
+  int size = job->size;
+  char* col = conv_part(job, chunk, job->col_at);
+  char* block = conv_part(job, chunk, job->block_at);
+  char* dw = job->chunks_used == 1 && job->out_compact ? job->out->data
+                                                       : conv_part(job, chunk, job->partial_at);
+  for (int64_t n = begin; n < end; n++)
+    for (int64_t group = 0; group < g->groups; group++) {
+      const char* grad_block = grad->data + (n * grad->strides[0] + group * g->group_out * grad->strides[1]) * size;
+      const char* x_block = x->data + (n * x->strides[0] + group * g->group_in * x->strides[1]) * size;
+      const char* a = grad_block;
+      int64_t lda = job->grad_ld;
+      if (!job->grad_direct) {
+        int64_t shape[3] = {g->group_out, g->out_h, g->out_w};
+        nn_pack(block, grad_block, 3, shape, grad->strides + 1, size);
+        a = block;
+        lda = g->spatial;
+      }
+      const char* b = x_block;
+      int64_t ldb = job->x_ld;
+      if (!job->x_direct) {
+        conv_im2col(job->f64, x_block, x, g, col);
+        b = col;
+        ldb = g->spatial;
+      }
+      conv_gemm(job->f64, false, true, g->group_out, g->ck, g->spatial, a, lda, b, ldb,
+                n == begin ? 0.0 : 1.0, dw + group * g->group_out * g->ck * size, g->ck);
+    }
+}
+
 oar_status refcpu_run_conv2d_backward_weight(const kernel_command* cmd) {
   const char* op = "conv2d_backward_weight";
-  const tensor_view *grad = &cmd->inputs[0], *x = &cmd->inputs[1], *out = &cmd->outputs[0];
-  conv_geometry g;
-  REFCPU_TRY(conv_geometry_of(cmd, op, conv2d_bw_attrs, x->shape, out->shape, &g));
+  conv_job job = {.grad = &cmd->inputs[0], .x = &cmd->inputs[1], .out = &cmd->outputs[0]};
+  REFCPU_TRY(conv_geometry_of(cmd, op, conv2d_bw_attrs, job.x->shape, job.out->shape, &job.g));
+  const tensor_view* out = job.out;
   if (view_numel(out) == 0) return OAR_SUCCESS;
-  bool f64 = out->dtype == DTYPE_F64;
-  int size = out->elem_size;
-  if (g.batch == 0 || g.spatial == 0) {
+  const conv_geometry* g = &job.g;
+  if (g->batch == 0 || g->spatial == 0) {
     nn_zero_view(out); /* an empty sum */
     return OAR_SUCCESS;
   }
-  conv_buffers buffers = {0};
+  conv_blas_one_thread();
+  job.f64 = out->dtype == DTYPE_F64;
+  job.size = out->elem_size;
   int64_t stride = 1;
-  bool out_compact = nn_block_is_linear(4, out->shape, out->strides, &stride) && stride == 1;
-  bool pointwise = conv_is_pointwise(&g);
-  int64_t x_ld = 0, grad_ld = 0;
-  bool x_direct = pointwise && channel_matrix_ld(x, g.group_in, &x_ld);
-  bool grad_direct = channel_matrix_ld(grad, g.group_out, &grad_ld);
-  oar_status status = OAR_SUCCESS;
-  if (!out_compact) status = conv_alloc(op, &buffers.weight, g.out_c * g.ck, size);
-  if (status == OAR_SUCCESS && !x_direct) status = conv_alloc(op, &buffers.col, g.ck * g.spatial, size);
-  if (status == OAR_SUCCESS && !grad_direct) status = conv_alloc(op, &buffers.block, g.group_out * g.spatial, size);
-  char* dw = out_compact ? out->data : buffers.weight;
-  for (int64_t n = 0; n < g.batch && status == OAR_SUCCESS; n++)
-    for (int64_t group = 0; group < g.groups; group++) {
-      const char* grad_block = grad->data + (n * grad->strides[0] + group * g.group_out * grad->strides[1]) * size;
-      const char* x_block = x->data + (n * x->strides[0] + group * g.group_in * x->strides[1]) * size;
-      const char* a = grad_block;
-      int64_t lda = grad_ld;
-      if (!grad_direct) {
-        int64_t shape[3] = {g.group_out, g.out_h, g.out_w};
-        nn_pack(buffers.block, grad_block, 3, shape, grad->strides + 1, size);
-        a = buffers.block;
-        lda = g.spatial;
+  job.out_compact = nn_block_is_linear(4, out->shape, out->strides, &stride) && stride == 1;
+  job.pointwise = conv_is_pointwise(g);
+  job.x_direct = job.pointwise && channel_matrix_ld(job.x, g->group_in, &job.x_ld);
+  job.grad_direct = channel_matrix_ld(job.grad, g->group_out, &job.grad_ld);
+  int chunks = nn_chunk_count(g->batch, conv_item_cost(g) * (double)g->groups);
+  job.chunks_used = chunks_used(g->batch, chunks);
+  bool partials = !(job.chunks_used == 1 && job.out_compact);
+  oar_status status = conv_scratch(op, &job, chunks, !job.x_direct, !job.grad_direct, false, partials);
+  if (status == OAR_SUCCESS) {
+    nn_parallel_for(g->batch, chunks, conv_backward_weight_range, &job);
+    if (partials) {
+      /* Summed in chunk order: the same bits whichever thread ran which chunk. */
+      int64_t count = g->out_c * g->ck;
+      char* total = conv_part(&job, 0, job.partial_at);
+      for (int c = 1; c < job.chunks_used; c++) {
+        char* part = conv_part(&job, c, job.partial_at);
+        if (job.f64)
+          for (int64_t i = 0; i < count; i++) ((double*)total)[i] += ((const double*)part)[i];
+        else
+          for (int64_t i = 0; i < count; i++) ((float*)total)[i] += ((const float*)part)[i];
       }
-      const char* b = x_block;
-      int64_t ldb = x_ld;
-      if (!x_direct) {
-        conv_im2col(f64, x_block, x, &g, buffers.col);
-        b = buffers.col;
-        ldb = g.spatial;
-      }
-      /* dW_g [O/g, ck] (+)= grad_g [O/g, P] @ col^T [P, ck] */
-      conv_gemm(f64, false, true, g.group_out, g.ck, g.spatial, a, lda, b, ldb, n == 0 ? 0.0 : 1.0,
-                dw + group * g.group_out * g.ck * size, g.ck);
+      nn_unpack(out->data, total, 4, out->shape, out->strides, job.size);
     }
-  if (status == OAR_SUCCESS && !out_compact) nn_unpack(out->data, dw, 4, out->shape, out->strides, size);
-  conv_buffers_free(&buffers);
+  }
+  free(job.scratch);
   return status;
 }

@@ -115,14 +115,30 @@ static void NN_FN(norm_backward_row)(const NN_T* restrict grad, const NN_T* rest
 
 /* ---- cross_entropy --------------------------------------------------------------- */
 
+/* max of a row, NaN if any is NaN; eight lanes, all selects, so it vectorizes. */
 static NN_T NN_FN(row_max)(const NN_T* restrict x, int64_t n) {
-  NN_T best = x[0];
-  bool nan = false;
-  for (int64_t i = 0; i < n; i++) {
-    best = x[i] > best ? x[i] : best;
-    nan |= x[i] != x[i];
+  NN_T lanes[8], nan_seen[8];
+  for (int l = 0; l < 8; l++) {
+    lanes[l] = x[0];
+    nan_seen[l] = 0;
   }
-  return nan ? (NN_T)NAN : best;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) {
+      NN_T v = x[i + l];
+      lanes[l] = v > lanes[l] ? v : lanes[l];
+      nan_seen[l] = v != v ? (NN_T)1 : nan_seen[l];
+    }
+  NN_T best = lanes[0], nan = nan_seen[0];
+  for (int l = 1; l < 8; l++) {
+    best = lanes[l] > best ? lanes[l] : best;
+    nan += nan_seen[l];
+  }
+  for (; i < n; i++) {
+    best = x[i] > best ? x[i] : best;
+    nan += x[i] != x[i] ? (NN_T)1 : (NN_T)0;
+  }
+  return nan != 0 ? (NN_T)NAN : best;
 }
 
 /* sum exp(x - max), eight double lanes. */
