@@ -64,6 +64,24 @@
  * cast: float -> int truncates toward zero and saturates (NaN -> 0);
  *   int -> narrower int wraps; -> bool is (x != 0); to float16/bfloat16
  *   rounds to nearest even, NaN and Inf preserved.
+ * Index values (embedding, gather, scatter, scatter_add, index_select,
+ *   index_add, one_hot, cross_entropy's target) are checked on the worker
+ *   before anything is written: one outside [0, size), negative ones
+ *   included (cross_entropy's ignore_index excepted), fails the command with
+ *   INVALID_ARGUMENT naming the op, the value and the range (the stream's
+ *   sticky error) and leaves out untouched. scatter writes in row-major order
+ *   of indices (the last write wins); scatter_add and index_add add in that
+ *   order. gather/scatter want indices no larger than x off dim (and than
+ *   source everywhere); index_select/index_add take 1-D indices.
+ * nn: conv2d and pooling take x [N, C, H, W] (pooling also [C, H, W]);
+ *   stride, padding, dilation and kernel_size take 1 or 2 entries; out sizes
+ *   are floor((H + 2 * padding - dilation * (k - 1) - 1) / stride) + 1. Max
+ *   pooling routes the gradient to the first maximum of a window (a NaN
+ *   counting as the maximum). layer_norm / rms_norm accumulate in double.
+ *   cross_entropy takes logits [N, C]; its mean over no counted target is
+ *   NaN (the gradient then 0). matmul, bmm and conv2d call the BLAS
+ *   single-threaded (scipy-openblas32's thread count is set to 1 on first
+ *   use) and split gemms, row blocks or samples over the plugin's pool.
  *
  * Random numbers (rand, randn, dropout): Philox-4x32-10
  * -------------------------------------------------------
