@@ -687,6 +687,8 @@ typedef struct pool_case {
   int64_t kernel[2], stride[2], padding[2];
   int stride_count; /* 0: default (kernel_size) */
   layout lx, lo;
+  bool three_d;     /* x [C, H, W] (n must be 1) */
+  bool nan;         /* x[.., 1, 1] is NaN: max pooling propagates it */
 } pool_case;
 
 static void pool_case_run(dtype type, const pool_case* p, bool is_max) {
@@ -695,17 +697,22 @@ static void pool_case_run(dtype type, const pool_case* p, bool is_max) {
   int64_t oh = (p->h + 2 * p->padding[0] - p->kernel[0]) / sh + 1;
   int64_t ow = (p->w + 2 * p->padding[1] - p->kernel[1]) / sw + 1;
   int64_t x_shape[4] = {p->n, p->c, p->h, p->w}, o_shape[4] = {p->n, p->c, oh, ow};
+  int off = p->three_d ? 1 : 0, nd = 4 - off; /* 3-D tensors skip the N index */
   tensor x, out, grad, dx;
-  tensor_make(&x, type, 4, x_shape, p->lx);
-  tensor_make(&out, type, 4, o_shape, p->lo);
-  tensor_make(&grad, type, 4, o_shape, p->lx);
-  tensor_make(&dx, type, 4, x_shape, p->lo);
+  tensor_make(&x, type, nd, x_shape + off, p->lx);
+  tensor_make(&out, type, nd, o_shape + off, p->lo);
+  tensor_make(&grad, type, nd, o_shape + off, p->lx);
+  tensor_make(&dx, type, nd, x_shape + off, p->lo);
   fill_random(&x);
   if (is_max) { /* ties: a few equal values, so "first maximum" matters */
     int64_t index[4] = {0, 0, 0, 0};
-    set(&x, index, 0.5);
+    set(&x, index + off, 0.5);
     index[3] = 1;
-    if (p->w > 1) set(&x, index, 0.5);
+    if (p->w > 1) set(&x, index + off, 0.5);
+    if (p->nan) {
+      index[2] = 1;
+      set(&x, index + off, NAN);
+    }
     upload(&x);
   }
   fill_random(&grad);
@@ -734,9 +741,9 @@ static void pool_case_run(dtype type, const pool_case* p, bool is_max) {
               int64_t h = i * sh - p->padding[0] + u, w = j * sw - p->padding[1] + v;
               if (h < 0 || h >= p->h || w < 0 || w >= p->w) continue;
               int64_t xi[4] = {n, c, h, w};
-              double value = get(&x, xi);
+              double value = get(&x, xi + off);
               sum += value;
-              if (best_h < 0 || value > best) {
+              if (best_h < 0 || value > best || (isnan(value) && !isnan(best))) {
                 best = value;
                 best_h = h;
                 best_w = w;
@@ -744,7 +751,7 @@ static void pool_case_run(dtype type, const pool_case* p, bool is_max) {
             }
           int64_t o = ((n * p->c + c) * oh + i) * ow + j;
           int64_t gi[4] = {n, c, i, j};
-          double g = get(&grad, gi);
+          double g = get(&grad, gi + off);
           if (is_max) {
             want[o] = best;
             if (best_h >= 0) want_dx[((n * p->c + c) * p->h + best_h) * p->w + best_w] += g;
@@ -781,10 +788,13 @@ static void pool_case_run(dtype type, const pool_case* p, bool is_max) {
 
 static void test_pooling(void) {
   static const pool_case cases[] = {
-      {2, 3, 6, 6, {2, 2}, {0, 0}, {0, 0}, 0, COMPACT, COMPACT},
-      {1, 2, 7, 5, {3, 3}, {2, 2}, {1, 1}, 2, COMPACT, COMPACT},
-      {2, 2, 5, 7, {3, 2}, {1, 2}, {1, 0}, 2, PADDED, REVERSED},
-      {1, 3, 4, 4, {2, 2}, {1, 1}, {1, 1}, 2, REVERSED, PADDED},
+      {2, 3, 6, 6, {2, 2}, {0, 0}, {0, 0}, 0, COMPACT, COMPACT, false, false},
+      {1, 2, 7, 5, {3, 3}, {2, 2}, {1, 1}, 2, COMPACT, COMPACT, false, false},
+      {2, 2, 5, 7, {3, 2}, {1, 2}, {1, 0}, 2, PADDED, REVERSED, false, false},
+      {1, 3, 4, 4, {2, 2}, {1, 1}, {1, 1}, 2, REVERSED, PADDED, false, false},
+      {1, 2, 5, 6, {2, 3}, {1, 2}, {0, 1}, 2, PADDED, COMPACT, true, false},
+      {2, 2, 5, 5, {3, 3}, {1, 1}, {1, 1}, 2, COMPACT, LAST2, false, true},
+      {8, 16, 20, 20, {3, 3}, {2, 2}, {1, 1}, 2, COMPACT, COMPACT, false, false}, /* pool */
   };
   for (int t = 0; t < 2; t++)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
