@@ -74,13 +74,14 @@ def test_matmul(dev):
     np.testing.assert_allclose(run("matmul", [a, b], (17, 5), dev), a @ b, rtol=1e-5, atol=1e-5)
 
 
-def test_fill_copy_and_cast(dev):
-    np.testing.assert_array_equal(run("fill", [], (3, 4), dev, attrs={"value": 2.5}), np.full((3, 4), 2.5))
-    np.testing.assert_array_equal(run("fill", [], (5,), dev, out_dtype="int64", attrs={"value": 7}),
+def test_full_copy_and_cast(dev):
+    np.testing.assert_array_equal(run("full", [], (3, 4), dev, attrs={"value": 2.5}), np.full((3, 4), 2.5))
+    np.testing.assert_array_equal(run("full", [], (5,), dev, out_dtype="int64", attrs={"value": 7}),
                                   np.full(5, 7))
     x = np.array([1.7, -2.2, 3.9], dtype=np.float32)
     np.testing.assert_array_equal(run("copy", [x], x.shape, dev), x)
-    np.testing.assert_array_equal(run("cast", [x], x.shape, dev, out_dtype="int32"), [1, -2, 3])
+    np.testing.assert_array_equal(run("cast", [x], x.shape, dev, out_dtype="int32",
+                                      attrs={"dtype": oar.TypedAttr("dtype", "int32")}), [1, -2, 3])
 
 
 def test_kernels_are_cached(dev):
