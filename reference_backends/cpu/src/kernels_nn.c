@@ -952,6 +952,20 @@ static double conv_item_cost(const conv_geometry* g) {
   return 2.0 * (double)g->group_out * (double)g->ck * (double)g->spatial + (double)(g->ck * g->spatial);
 }
 
+/* Chunks of a conv launch: as for any job, but each chunk holds a column
+   matrix (and maybe a weight-gradient partial), so past one per thread they
+   stop where their scratch would pass 64 MiB. */
+static int conv_chunks(const conv_geometry* g, int64_t items, double cost_per_item, int size) {
+  int chunks = nn_chunk_count(items, cost_per_item);
+  int threads = g_refcpu.config.threads > 1 ? g_refcpu.config.threads : 1;
+  double bytes = (double)size * (double)(g->ck * g->spatial + g->group_out * g->spatial +
+                                         g->in_c * g->in_h * g->in_w + g->out_c * g->ck);
+  double affordable = (double)(64 << 20) / (bytes > 1 ? bytes : 1);
+  if (chunks > threads && (double)chunks > affordable)
+    chunks = affordable > threads ? (int)affordable : threads;
+  return chunks;
+}
+
 oar_status refcpu_run_conv2d(const kernel_command* cmd) {
   const char* op = "conv2d";
   conv_job job = {.x = &cmd->inputs[0], .out = &cmd->outputs[0],
@@ -968,7 +982,7 @@ oar_status refcpu_run_conv2d(const kernel_command* cmd) {
   job.x_direct = job.pointwise && g->ck > 0 && channel_matrix_ld(job.x, g->group_in, &job.x_ld);
   job.out_direct = channel_matrix_ld(job.out, g->group_out, &job.out_ld);
   int64_t items = g->batch * g->groups;
-  int chunks = nn_chunk_count(items, conv_item_cost(g));
+  int chunks = conv_chunks(g, items, conv_item_cost(g), job.size);
   oar_status status = conv_scratch(op, &job, chunks, !job.x_direct && g->ck > 0, !job.out_direct, false, false);
   if (status == OAR_SUCCESS) nn_parallel_for(items, chunks, conv_forward_range, &job);
   free(job.scratch);
@@ -1061,7 +1075,7 @@ oar_status refcpu_run_conv2d_backward_input(const kernel_command* cmd) {
   job.grad_direct = channel_matrix_ld(job.grad, g->group_out, &job.grad_ld);
   int64_t sample_shape[3] = {g->in_c, g->in_h, g->in_w}, stride = 1;
   job.out_compact = nn_block_is_linear(3, sample_shape, job.out->strides + 1, &stride) && stride == 1;
-  int chunks = nn_chunk_count(g->batch, conv_item_cost(g) * (double)g->groups);
+  int chunks = conv_chunks(g, g->batch, conv_item_cost(g) * (double)g->groups, job.size);
   oar_status status = conv_scratch(op, &job, chunks, !job.pointwise, !job.grad_direct,
                                    !job.out_compact, false);
   if (status == OAR_SUCCESS) nn_parallel_for(g->batch, chunks, conv_backward_input_range, &job);
@@ -1148,7 +1162,7 @@ oar_status refcpu_run_conv2d_backward_weight(const kernel_command* cmd) {
   job.pointwise = conv_is_pointwise(g);
   job.x_direct = job.pointwise && channel_matrix_ld(job.x, g->group_in, &job.x_ld);
   job.grad_direct = channel_matrix_ld(job.grad, g->group_out, &job.grad_ld);
-  int chunks = nn_chunk_count(g->batch, conv_item_cost(g) * (double)g->groups);
+  int chunks = conv_chunks(g, g->batch, conv_item_cost(g) * (double)g->groups, job.size);
   job.chunks_used = chunks_used(g->batch, chunks);
   bool partials = !(job.chunks_used == 1 && job.out_compact);
   oar_status status = conv_scratch(op, &job, chunks, !job.x_direct, !job.grad_direct, false, partials);
