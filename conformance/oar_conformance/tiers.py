@@ -1,0 +1,41 @@
+"""Selecting tests: levels, the quick tier (a frozen list in quick.txt), a regular expression."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from oar_conformance import levels
+from oar_conformance.registry import REGISTRY, TestCase
+
+__all__ = ["QUICK_FILE", "quick_ids", "select"]
+
+QUICK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quick.txt")
+
+
+def quick_ids() -> list[str]:
+    """The frozen basic subset: one test id a line, '#' comments."""
+    with open(QUICK_FILE, encoding="utf-8") as file:
+        return [line.split("#", 1)[0].strip() for line in file if line.split("#", 1)[0].strip()]
+
+
+def select(level_names: list[str], *, quick: bool = False, pattern: str | None = None) -> list[TestCase]:
+    """Registered tests of the levels, in level order then id order; ValueError for a bad pattern."""
+    for name in level_names:
+        levels.load(name)
+    regex = None
+    if pattern:
+        try:
+            regex = re.compile(pattern)
+        except re.error as error:
+            raise ValueError(f"--filter {pattern!r} is not a regular expression: {error}") from error
+    wanted = set(quick_ids()) if quick else None
+    selected = []
+    for name in level_names:
+        for test in REGISTRY.tests(name):
+            if wanted is not None and test.id not in wanted:
+                continue
+            if regex is not None and not regex.search(test.id):
+                continue
+            selected.append(test)
+    return selected
