@@ -98,5 +98,14 @@ __all__ += [
     "stack", "tensor", "to_tensor", "zeros", "zeros_like",
 ] + [n for n in ops.names if n not in ("full", "arange", "rand", "randn")]
 
+# ---- autograd, nn, optim, checkpoints ----
+from oar import autograd  # noqa: E402
+from oar.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402
+from oar import nn, optim  # noqa: E402
+from oar.checkpoint import CheckpointError, load, save  # noqa: E402
+
+__all__ += ["CheckpointError", "autograd", "enable_grad", "is_grad_enabled", "load", "nn", "no_grad", "optim",
+            "save", "set_grad_enabled"]
+
 # Plugins finalize before the interpreter goes away (atexit runs after non-daemon threads end).
 _atexit.register(_C._shutdown)

@@ -135,7 +135,7 @@ def _op_caller(spec: OpSpec, fn):
                 if rt.is_floating(value.dtype):
                     ref = value
                     break
-                ref = ref or value
+                ref = value if ref is None else ref
         if ref is not None and any(isinstance(v, (bool, int, float)) for v in inputs):
             inputs = _lift_scalars(inputs, ref)
         return fn(*inputs, **kwargs)

@@ -1,7 +1,8 @@
 """The op set of interface/ops.yaml, read once, as the autograd engine needs it.
 
-The file travels with the package (``oar/ops.yaml``); in a source checkout it
-is read from ``interface/ops.yaml``. Only the fields autograd uses are parsed:
+The document is the one the op functions were generated from (``oar.ops.document``);
+without the runtime it is read from ``OAR_OPS_YAML``, the package's ``ops.yaml`` or
+the source tree's ``interface/ops.yaml``. Only the fields autograd uses are parsed:
 input names (optional ``?``, list ``...``), output names, attrs with their
 defaults and order, and the ``backward`` expressions.
 """
@@ -86,14 +87,21 @@ def _parse(document: dict) -> dict[str, OpSpec]:
     return specs
 
 
+def _document() -> dict:
+    try:
+        from oar import ops
+        return ops.document
+    except ImportError:
+        import yaml
+        with open(ops_yaml_path(), encoding="utf-8") as f:
+            return yaml.safe_load(f)
+
+
 def ops_schema() -> dict[str, OpSpec]:
     """op name -> OpSpec, parsed on first use."""
     global _cache
     if _cache is None:
         with _lock:
             if _cache is None:
-                import yaml
-                with open(ops_yaml_path(), encoding="utf-8") as f:
-                    document = yaml.safe_load(f)
-                _cache = _parse(document)
+                _cache = _parse(_document())
     return _cache

@@ -91,10 +91,9 @@ def mse_loss(x, target, reduction: str = "mean"):
     return oar.mean(sq) if reduction == "mean" else oar.sum(sq)
 
 
-def dropout(x, p: float = 0.5, training: bool = True, seed: int | None = None, offset: int | None = None,
-            generator=None):
+def dropout(x, p: float = 0.5, training: bool = True, seed: int | None = None, offset: int | None = None):
     """Zeroes each element with probability p (scaling the rest by 1/(1-p)) from the
-    Philox stream: (seed, offset) given, or the next numbers of the default generator."""
+    Philox stream: (seed, offset) given, or the next numbers of the global stream."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability must be in [0, 1], not {p}")
     if not training or p == 0.0:
@@ -102,8 +101,7 @@ def dropout(x, p: float = 0.5, training: bool = True, seed: int | None = None, o
     if p == 1.0:
         return oar.mul(x, 0.0)
     if seed is None:
-        from oar.nn.init import default_generator
-        seed, drawn = (generator or default_generator).next(math.prod(x.shape))
+        seed, drawn = oar.random.next_seed_offset(math.prod(x.shape))
         offset = drawn if offset is None else offset
     return oar.dropout(x, p=float(p), seed=int(seed), offset=int(offset or 0))
 

@@ -24,7 +24,7 @@ __all__ = [
 
 
 def _empty(shape, dtype=None, device=None):
-    return oar.zeros(list(shape), dtype=dtype or oar.float32, device=device)
+    return oar.empty(list(shape), dtype=dtype or oar.float32, device=device)
 
 
 def _param(shape, dtype=None, device=None) -> Parameter:
@@ -173,9 +173,9 @@ class Dropout(Module):
             raise ValueError(f"dropout probability must be in [0, 1], not {p}")
         self.p = float(p)
         if seed is None:
-            # a key of its own: the default generator's seed mixed with a fresh counter
-            base, counter = init.default_generator.next(1)
-            seed = _mix(base, counter)
+            # a key of its own: the global seed mixed with a fresh counter of the global stream
+            base, counter = oar.random.next_seed_offset(1)
+            seed = _mix(base & 0xFFFFFFFFFFFFFFFF, counter)
         self.seed = int(seed)
         self.offset = 0
 

@@ -4,31 +4,33 @@ from __future__ import annotations
 
 import oar
 
-__all__ = ["Parameter", "is_parameter"]
-
-_MARK = "_oar_parameter"
+__all__ = ["Parameter"]
 
 
-class _ParameterMeta(type):
-    def __instancecheck__(cls, instance) -> bool:
-        return isinstance(instance, oar.Tensor) and bool(getattr(instance, _MARK, False))
-
-
-class Parameter(metaclass=_ParameterMeta):
-    """``Parameter(tensor)``: a leaf sharing tensor's memory, marked as a parameter,
-    with requires_grad set (True unless given). ``isinstance(p, Parameter)`` and
-    ``isinstance(p, oar.Tensor)`` both hold; ops on it return plain tensors."""
+class Parameter(oar.Tensor):
+    """``Parameter(tensor, requires_grad=True)``: a leaf sharing tensor's memory, of
+    class Parameter (so Modules register it); ops on it return plain tensors."""
 
     def __new__(cls, data=None, requires_grad: bool = True):
         if data is None:
-            data = oar.tensor([], dtype=oar.float32)
+            data = oar.empty(0)
         if not isinstance(data, oar.Tensor):
             raise TypeError(f"Parameter(data) takes an oar.Tensor, not {type(data).__name__}")
         param = data.detach()
-        setattr(param, _MARK, True)
-        param.requires_grad = bool(requires_grad)
+        param.__class__ = cls  # same memory layout as oar.Tensor: a view of data, now a Parameter
+        if requires_grad:
+            param.requires_grad = True
         return param
 
+    def __init__(self, data=None, requires_grad: bool = True):
+        pass
 
-def is_parameter(value) -> bool:
-    return isinstance(value, Parameter)
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+    def __reduce_ex__(self, protocol: int):
+        return (_rebuild_parameter, (self.detach(), self.requires_grad))
+
+
+def _rebuild_parameter(data, requires_grad):
+    return Parameter(data, requires_grad)

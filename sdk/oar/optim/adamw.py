@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import oar
+from oar.autograd import enable_grad, no_grad
 from oar.optim.optimizer import Optimizer
 
 __all__ = ["AdamW", "Adam"]
@@ -31,11 +32,11 @@ class AdamW(Optimizer):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       maximize=maximize))
 
-    @oar.no_grad()
+    @no_grad()
     def step(self, closure=None):
         loss = None
         if closure is not None:
-            with oar.enable_grad():
+            with enable_grad():
                 loss = closure()
         for group in self.param_groups:
             lr, eps, weight_decay, maximize = group["lr"], group["eps"], group["weight_decay"], group["maximize"]

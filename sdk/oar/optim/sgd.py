@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import oar
+from oar.autograd import enable_grad, no_grad
 from oar.optim.optimizer import Optimizer, required
 
 __all__ = ["SGD"]
@@ -27,11 +28,11 @@ class SGD(Optimizer):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=False, maximize=maximize))
 
-    @oar.no_grad()
+    @no_grad()
     def step(self, closure=None):
         loss = None
         if closure is not None:
-            with oar.enable_grad():
+            with enable_grad():
                 loss = closure()
         for group in self.param_groups:
             lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
