@@ -861,6 +861,8 @@ static void norm_reference(bool rms, bool backward, const tensor* grad, const te
   free(gs);
 }
 
+static double norm_offset; /* added to x: a large mean tests the variance's accuracy */
+
 static void norm_case(dtype type, bool rms, bool backward, int ndim, const int64_t* shape, int nd,
                       int params, layout lx, layout lp, layout lo, bool give_eps) {
   const char* op = rms ? (backward ? "rms_norm_backward_input" : "rms_norm")
@@ -873,6 +875,14 @@ static void norm_case(dtype type, bool rms, bool backward, int ndim, const int64
   tensor_make(&bias, type, nd, shape + lead, lp);
   tensor_make(&out, type, ndim, shape, lo);
   fill_random(&x);
+  if (norm_offset != 0) {
+    int64_t index[8] = {0};
+    for (int64_t i = 0; i < numel(&x); i++) {
+      unravel(&x, i, index);
+      set(&x, index, get(&x, index) + norm_offset);
+    }
+    upload(&x);
+  }
   fill_random(&grad);
   fill_random(&weight);
   fill_random(&bias);
@@ -895,7 +905,7 @@ static void norm_case(dtype type, bool rms, bool backward, int ndim, const int64
     char what[160];
     snprintf(what, sizeof what, "%s %s %dd nd%d params%d layouts %d/%d/%d", op, dtype_names[type],
              ndim, nd, params, lx, lp, lo);
-    COMPARE(what, &out, want, type == F64 ? 1e-10 : 1e-4);
+    COMPARE(what, &out, want, type == F64 ? 1e-10 : (norm_offset != 0 ? 1e-3 : 1e-4));
     free(want);
   }
   tensor_free(&x);
@@ -922,6 +932,13 @@ static void test_norms(void) {
         norm_case(type, rms, backward, 2, big, 1, max_params, PADDED, COMPACT, PADDED, false);
       }
   }
+  /* rows of mean 1000 and spread 1: the one-pass variance must not cancel */
+  norm_offset = 1000.0;
+  int64_t far[2] = {6, 64};
+  for (int t = 0; t < 2; t++)
+    for (int backward = 0; backward < 2; backward++)
+      norm_case(t ? F64 : F32, false, backward, 2, far, 1, 1, COMPACT, COMPACT, COMPACT, false);
+  norm_offset = 0;
   /* a weight of the wrong shape is refused */
   int64_t wrong[1] = {9};
   tensor x, w, out;

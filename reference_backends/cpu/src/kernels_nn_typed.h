@@ -3,82 +3,91 @@
  *   NN_FN(n) the name n with the type's suffix
  *   NN_EXP   exp for NN_T
  * Rows are contiguous here (the caller packs strided ones); sums accumulate in
- * eight double lanes, which vectorize without reassociating. */
+ * independent double lanes, which vectorize without reassociating. */
 
-/* ---- sums ------------------------------------------------------------------ */
+/* ---- layer_norm / rms_norm: one pass of statistics, one of output --------------- */
 
-static double NN_FN(row_sum)(const NN_T* restrict x, int64_t n) {
-  double lanes[8] = {0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++) lanes[l] += (double)x[i + l];
-  double sum = 0;
-  for (int l = 0; l < 8; l++) sum += lanes[l];
-  for (; i < n; i++) sum += (double)x[i];
-  return sum;
-}
-
-/* sum (x - center)^2 */
-static double NN_FN(row_sum_squares)(const NN_T* restrict x, int64_t n, double center) {
-  double lanes[8] = {0};
+/* s1 = sum (x - k), s2 = sum (x - k)^2 in one pass around the shift k (x[0]
+   for layer_norm, 0 for rms_norm): the shift keeps the variance from
+   cancelling, so no second pass over the row is needed. */
+static void NN_FN(row_moments)(const NN_T* restrict x, int64_t n, double k, double* s1, double* s2) {
+  double a[8] = {0}, b[8] = {0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int l = 0; l < 8; l++) {
-      double d = (double)x[i + l] - center;
-      lanes[l] += d * d;
+      double d = (double)x[i + l] - k;
+      a[l] += d;
+      b[l] += d * d;
     }
-  double sum = 0;
-  for (int l = 0; l < 8; l++) sum += lanes[l];
-  for (; i < n; i++) {
-    double d = (double)x[i] - center;
-    sum += d * d;
-  }
-  return sum;
-}
-
-/* g = grad * weight (weight may be NULL): *sum_g = sum g, *sum_gx = sum g * (x - center). */
-static void NN_FN(row_grad_sums)(const NN_T* restrict grad, const NN_T* restrict x,
-                                 const NN_T* restrict weight, int64_t n, double center,
-                                 double* sum_g, double* sum_gx) {
-  double g_lanes[8] = {0}, gx_lanes[8] = {0};
-  int64_t i = 0;
-  if (weight) {
-    for (; i + 8 <= n; i += 8)
-      for (int l = 0; l < 8; l++) {
-        double g = (double)grad[i + l] * (double)weight[i + l];
-        g_lanes[l] += g;
-        gx_lanes[l] += g * ((double)x[i + l] - center);
-      }
-  } else {
-    for (; i + 8 <= n; i += 8)
-      for (int l = 0; l < 8; l++) {
-        double g = (double)grad[i + l];
-        g_lanes[l] += g;
-        gx_lanes[l] += g * ((double)x[i + l] - center);
-      }
-  }
-  double sg = 0, sgx = 0;
+  double sa = 0, sb = 0;
   for (int l = 0; l < 8; l++) {
-    sg += g_lanes[l];
-    sgx += gx_lanes[l];
+    sa += a[l];
+    sb += b[l];
   }
   for (; i < n; i++) {
-    double g = (double)grad[i] * (weight ? (double)weight[i] : 1.0);
-    sg += g;
-    sgx += g * ((double)x[i] - center);
+    double d = (double)x[i] - k;
+    sa += d;
+    sb += d * d;
   }
-  *sum_g = sg;
-  *sum_gx = sgx;
+  *s1 = sa;
+  *s2 = sb;
 }
 
-/* ---- layer_norm / rms_norm ------------------------------------------------------- */
+/* The same moments and, with g = grad * weight (weight may be NULL), sum g and
+   sum g * (x - k): all a backward row needs, in one pass. */
+static void NN_FN(row_backward_sums)(const NN_T* restrict grad, const NN_T* restrict x,
+                                     const NN_T* restrict weight, int64_t n, double k,
+                                     double sums[4]) {
+  double a[4] = {0}, b[4] = {0}, c[4] = {0}, e[4] = {0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int l = 0; l < 4; l++) {
+      double d = (double)x[i + l] - k;
+      double g = weight ? (double)grad[i + l] * (double)weight[i + l] : (double)grad[i + l];
+      a[l] += d;
+      b[l] += d * d;
+      c[l] += g;
+      e[l] += g * d;
+    }
+  double s[4] = {0, 0, 0, 0};
+  for (int l = 0; l < 4; l++) {
+    s[0] += a[l];
+    s[1] += b[l];
+    s[2] += c[l];
+    s[3] += e[l];
+  }
+  for (; i < n; i++) {
+    double d = (double)x[i] - k;
+    double g = weight ? (double)grad[i] * (double)weight[i] : (double)grad[i];
+    s[0] += d;
+    s[1] += d * d;
+    s[2] += g;
+    s[3] += g * d;
+  }
+  for (int j = 0; j < 4; j++) sums[j] = s[j];
+}
 
-/* out = (x - mean) * rstd * weight + bias; rms (center 0, no bias) when rms. */
+/* mean and variance (biased) from the shifted moments; rms_norm: mean 0. */
+static void NN_FN(row_stats)(const NN_T* restrict x, double s1, double s2, int64_t n, bool rms,
+                             double* mean, double* var) {
+  double count = (double)n;
+  if (rms) {
+    *mean = 0.0;
+    *var = s2 / count;
+    return;
+  }
+  *mean = (double)x[0] + s1 / count;
+  double v = (s2 - s1 * s1 / count) / count;
+  *var = v > 0.0 ? v : (v == v ? 0.0 : v); /* rounding may dip below 0; NaN stays */
+}
+
+/* out = (x - mean) * rstd * weight + bias (rms_norm: mean 0, no bias). */
 static void NN_FN(norm_row)(const NN_T* restrict x, const NN_T* restrict weight,
                             const NN_T* restrict bias, NN_T* restrict out, int64_t n, double eps,
                             bool rms) {
-  double mean = rms ? 0.0 : NN_FN(row_sum)(x, n) / (double)n;
-  double var = NN_FN(row_sum_squares)(x, n, mean) / (double)n;
+  double s1, s2, mean, var;
+  NN_FN(row_moments)(x, n, rms ? 0.0 : (double)x[0], &s1, &s2);
+  NN_FN(row_stats)(x, s1, s2, n, rms, &mean, &var);
   NN_T m = (NN_T)mean, r = (NN_T)(1.0 / sqrt(var + eps));
   if (weight && bias) {
     for (int64_t i = 0; i < n; i++) out[i] = (x[i] - m) * r * weight[i] + bias[i];
@@ -96,15 +105,18 @@ static void NN_FN(norm_row)(const NN_T* restrict x, const NN_T* restrict weight,
 static void NN_FN(norm_backward_row)(const NN_T* restrict grad, const NN_T* restrict x,
                                      const NN_T* restrict weight, NN_T* restrict out, int64_t n,
                                      double eps, bool rms) {
-  double mean = rms ? 0.0 : NN_FN(row_sum)(x, n) / (double)n;
-  double var = NN_FN(row_sum_squares)(x, n, mean) / (double)n;
+  double sums[4], mean, var;
+  double k = rms ? 0.0 : (double)x[0];
+  NN_FN(row_backward_sums)(grad, x, weight, n, k, sums);
+  NN_FN(row_stats)(x, sums[0], sums[1], n, rms, &mean, &var);
   double rstd = 1.0 / sqrt(var + eps);
-  double sum_g, sum_gx;
-  NN_FN(row_grad_sums)(grad, x, weight, n, mean, &sum_g, &sum_gx);
+  double count = (double)n;
+  /* sum g * (x - mean) = sum g * (x - k) - (mean - k) * sum g */
+  double sum_gx = sums[3] - (mean - k) * sums[2];
   /* xhat * mean(g * xhat) = (x - mean) * rstd^2 * sum_gx / n */
   NN_T r = (NN_T)rstd, m = (NN_T)mean;
-  NN_T shift = rms ? (NN_T)0 : (NN_T)(sum_g / (double)n);
-  NN_T slope = (NN_T)(rstd * rstd * sum_gx / (double)n);
+  NN_T shift = rms ? (NN_T)0 : (NN_T)(sums[2] / count);
+  NN_T slope = (NN_T)(rstd * rstd * sum_gx / count);
   if (weight) {
     for (int64_t i = 0; i < n; i++)
       out[i] = r * (grad[i] * weight[i] - shift - (x[i] - m) * slope);
