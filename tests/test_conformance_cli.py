@@ -1,0 +1,112 @@
+"""The ``conformance`` command: list, exit statuses, the quick tier, and the
+reference plugin passing the whole abi level."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import time
+
+from conformance_helpers import conformance, run_json
+from oar_conformance import levels, tiers
+from oar_conformance.registry import REGISTRY
+
+ID = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$")
+
+
+def registered_ids() -> list[str]:
+    for name in levels.LEVEL_NAMES:
+        levels.load(name)
+    return [test.id for test in REGISTRY.tests()]
+
+
+def test_list_prints_every_test_id_one_a_line():
+    done = conformance("list")
+    assert done.returncode == 0, done.stderr
+    ids = done.stdout.splitlines()
+    assert ids and all(ID.match(test_id) for test_id in ids)
+    assert len(ids) == len(set(ids))
+    assert sorted(ids) == sorted(registered_ids())
+    assert len([i for i in ids if i.startswith("abi.")]) >= 140
+
+
+def test_list_by_level_quick_and_filter():
+    abi = conformance("list", "--level", "abi").stdout.splitlines()
+    assert abi and all(test_id.startswith("abi.") for test_id in abi)
+    collectives = conformance("list", "--level", "collectives")
+    assert collectives.returncode == 0 and collectives.stdout == ""
+    quick = conformance("list", "--quick").stdout.splitlines()
+    assert set(quick) == set(tiers.quick_ids()) and len(quick) < len(abi)
+    memory = conformance("list", "--filter", r"^abi\.memory\.mem_free").stdout.splitlines()
+    assert memory and all(test_id.startswith("abi.memory.mem_free") for test_id in memory)
+    verbose = conformance("list", "-v", "--filter", r"^abi\.event\.timing\.elapsed$").stdout
+    assert "entries=event_elapsed_time,stream_add_callback" in verbose and "caps=timing_events" in verbose
+
+
+def test_the_quick_list_is_frozen_and_registered():
+    quick = tiers.quick_ids()
+    assert len(quick) == len(set(quick)), "a duplicate in quick.txt"
+    missing = set(quick) - set(registered_ids())
+    assert not missing, f"quick.txt names unregistered tests: {sorted(missing)}"
+
+
+def test_usage_errors_exit_2():
+    assert conformance("list", "--level", "bogus").returncode == 2
+    assert conformance("list", "--filter", "[").returncode == 2
+    assert conformance("run", "--level", "abi").returncode == 2  # --device is required
+
+
+def test_a_device_no_plugin_serves_exits_3():
+    done = conformance("run", "--device", "nosuchdevice", "--level", "abi", "--no-progress")
+    assert done.returncode == 3
+    assert "no plugin serves device type 'nosuchdevice'" in done.stderr and "refcpu" in done.stderr
+
+
+def test_a_plugin_of_another_device_type_exits_3():
+    from oar.plugins import refcpu_path
+
+    done = conformance("run", "--device", "npu", "--plugin", refcpu_path(), "--level", "abi", "--no-progress")
+    assert done.returncode == 3 and "serves device type 'refcpu', not 'npu'" in done.stderr
+
+
+def test_the_reference_plugin_serves_npu_through_its_environment(tmp_path):
+    done, document = run_json(tmp_path, "--device", "npu", "--level", "abi", "--filter", r"^abi\.device\.",
+                              env={"OAR_REFCPU_DEVICE_TYPE": "npu"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert document["environment"]["plugin"]["device_type"] == "npu"
+
+
+def test_the_console_script_is_installed():
+    script = shutil.which("conformance", path=os.path.dirname(sys.executable))
+    if script is None:
+        import pytest
+        pytest.skip("running from a source tree without the installed console script")
+    assert "run" in __import__("subprocess").run([script, "--help"], capture_output=True, text=True).stdout
+
+
+def test_the_reference_plugin_passes_the_whole_abi_level(tmp_path):
+    started = time.monotonic()
+    done, document = run_json(tmp_path, "--device", "refcpu", "--level", "abi", "--jobs", "2")
+    elapsed = time.monotonic() - started
+    failed = [(t["id"], t["message"]) for t in document["tests"] if t["status"] in ("fail", "error")]
+    assert not failed, failed
+    assert done.returncode == 0
+    counts = document["summary"]["counts"]
+    assert counts["pass"] >= 130
+    # what refcpu lacks is reported as not provided, never failed: the collective group
+    skipped = {t["id"] for t in document["tests"] if t["status"] == "skip"}
+    assert skipped == {"abi.optional.collectives", "abi.collectives.get_unique_id.null",
+                       "abi.collectives.comm_init_rank.invalid", "abi.collectives.single_rank"}
+    assert elapsed < 120
+
+
+def test_the_quick_tier_passes_within_a_minute_on_two_jobs(tmp_path):
+    started = time.monotonic()
+    done, document = run_json(tmp_path, "--device", "refcpu", "--quick", "--jobs", "2")
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stdout
+    assert document["run"]["options"]["quick"] is True
+    assert {t["id"] for t in document["tests"]} == set(tiers.quick_ids())
+    assert elapsed < 60, f"the quick tier took {elapsed:.1f} s"
