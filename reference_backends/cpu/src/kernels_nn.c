@@ -19,6 +19,21 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 
+/* The row kernels of norms and cross_entropy also get an AVX2 build, picked
+   at load time on CPUs that have it (about twice the float32 throughput of
+   the SSE2 baseline). Same operations in the same order (ISO C: no FMA
+   contraction), so the same results on either. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define NN_ROW_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef NN_ROW_CLONES
+#define NN_ROW_CLONES
+#endif
+/* Helpers of the row kernels, inlined so each build of a row kernel has its own. */
+#define NN_INLINE static inline __attribute__((always_inline))
+
 /* exp for float32 without a libm call, so loops over it vectorize: Cody-Waite
    reduction and the Cephes polynomial (about 1 ulp). Results below FLT_MIN
    flush to 0; overflow gives +inf; NaN stays NaN. */

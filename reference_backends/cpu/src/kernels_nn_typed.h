@@ -10,7 +10,7 @@
 /* s1 = sum (x - k), s2 = sum (x - k)^2 in one pass around the shift k (x[0]
    for layer_norm, 0 for rms_norm): the shift keeps the variance from
    cancelling, so no second pass over the row is needed. */
-static void NN_FN(row_moments)(const NN_T* restrict x, int64_t n, double k, double* s1, double* s2) {
+NN_INLINE void NN_FN(row_moments)(const NN_T* restrict x, int64_t n, double k, double* s1, double* s2) {
   double a[8] = {0}, b[8] = {0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -35,7 +35,7 @@ static void NN_FN(row_moments)(const NN_T* restrict x, int64_t n, double k, doub
 
 /* The same moments and, with g = grad * weight (weight may be NULL), sum g and
    sum g * (x - k): all a backward row needs, in one pass. */
-static void NN_FN(row_backward_sums)(const NN_T* restrict grad, const NN_T* restrict x,
+NN_INLINE void NN_FN(row_backward_sums)(const NN_T* restrict grad, const NN_T* restrict x,
                                      const NN_T* restrict weight, int64_t n, double k,
                                      double sums[4]) {
   double a[4] = {0}, b[4] = {0}, c[4] = {0}, e[4] = {0};
@@ -68,7 +68,7 @@ static void NN_FN(row_backward_sums)(const NN_T* restrict grad, const NN_T* rest
 }
 
 /* mean and variance (biased) from the shifted moments; rms_norm: mean 0. */
-static void NN_FN(row_stats)(const NN_T* restrict x, double s1, double s2, int64_t n, bool rms,
+NN_INLINE void NN_FN(row_stats)(const NN_T* restrict x, double s1, double s2, int64_t n, bool rms,
                              double* mean, double* var) {
   double count = (double)n;
   if (rms) {
@@ -82,7 +82,7 @@ static void NN_FN(row_stats)(const NN_T* restrict x, double s1, double s2, int64
 }
 
 /* out = (x - mean) * rstd * weight + bias (rms_norm: mean 0, no bias). */
-static void NN_FN(norm_row)(const NN_T* restrict x, const NN_T* restrict weight,
+NN_ROW_CLONES static void NN_FN(norm_row)(const NN_T* restrict x, const NN_T* restrict weight,
                             const NN_T* restrict bias, NN_T* restrict out, int64_t n, double eps,
                             bool rms) {
   double s1, s2, mean, var;
@@ -102,7 +102,7 @@ static void NN_FN(norm_row)(const NN_T* restrict x, const NN_T* restrict weight,
 
 /* layer_norm: out = rstd * (g - mean(g) - xhat * mean(g * xhat));
    rms_norm:   out = rstd * (g - xhat * mean(g * xhat)); g = grad * weight. */
-static void NN_FN(norm_backward_row)(const NN_T* restrict grad, const NN_T* restrict x,
+NN_ROW_CLONES static void NN_FN(norm_backward_row)(const NN_T* restrict grad, const NN_T* restrict x,
                                      const NN_T* restrict weight, NN_T* restrict out, int64_t n,
                                      double eps, bool rms) {
   double sums[4], mean, var;
@@ -128,7 +128,7 @@ static void NN_FN(norm_backward_row)(const NN_T* restrict grad, const NN_T* rest
 /* ---- cross_entropy --------------------------------------------------------------- */
 
 /* max of a row, NaN if any is NaN; eight lanes, all selects, so it vectorizes. */
-static NN_T NN_FN(row_max)(const NN_T* restrict x, int64_t n) {
+NN_INLINE NN_T NN_FN(row_max)(const NN_T* restrict x, int64_t n) {
   NN_T lanes[8], nan_seen[8];
   for (int l = 0; l < 8; l++) {
     lanes[l] = x[0];
@@ -154,7 +154,7 @@ static NN_T NN_FN(row_max)(const NN_T* restrict x, int64_t n) {
 }
 
 /* sum exp(x - max), eight double lanes. */
-static double NN_FN(row_sum_exp)(const NN_T* restrict x, int64_t n, NN_T max) {
+NN_INLINE double NN_FN(row_sum_exp)(const NN_T* restrict x, int64_t n, NN_T max) {
   double lanes[8] = {0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -166,14 +166,14 @@ static double NN_FN(row_sum_exp)(const NN_T* restrict x, int64_t n, NN_T max) {
 }
 
 /* logsumexp(x) - x[target] */
-static double NN_FN(cross_entropy_row)(const NN_T* restrict x, int64_t n, int64_t target) {
+NN_ROW_CLONES static double NN_FN(cross_entropy_row)(const NN_T* restrict x, int64_t n, int64_t target) {
   NN_T max = NN_FN(row_max)(x, n);
   double sum = NN_FN(row_sum_exp)(x, n, max);
   return log(sum) + (double)max - (double)x[target];
 }
 
 /* out = (softmax(x) - one_hot(target)) * scale */
-static void NN_FN(cross_entropy_backward_row)(const NN_T* restrict x, NN_T* restrict out,
+NN_ROW_CLONES static void NN_FN(cross_entropy_backward_row)(const NN_T* restrict x, NN_T* restrict out,
                                               int64_t n, int64_t target, double scale) {
   NN_T max = NN_FN(row_max)(x, n);
   double lanes[8] = {0};
