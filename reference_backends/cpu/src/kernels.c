@@ -167,10 +167,10 @@ oar_status refcpu_kernel_query(int32_t device, const char* op_name,
   size_t low = op->min_inputs + op->num_outputs, high = op->max_inputs + op->num_outputs;
   if (num_dtypes < low || num_dtypes > high) {
     if (low == high)
-      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+      return refcpu_fail(OAR_ERROR_NOT_SUPPORTED,
                          "kernel_query: %s takes %u inputs and %u output(s), so %zu dtypes, not %zu",
                          op->name, op->min_inputs, op->num_outputs, low, num_dtypes);
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+    return refcpu_fail(OAR_ERROR_NOT_SUPPORTED,
                        "kernel_query: %s takes %u..%u inputs and %u output(s), so %zu..%zu dtypes, not %zu",
                        op->name, op->min_inputs, op->max_inputs, op->num_outputs, low, high, num_dtypes);
   }
