@@ -235,3 +235,28 @@ def test_a_name_in_call_position_is_the_op_elsewhere_the_attr():
     assert compiled.formulas["x"].names == {"grad", "x"}
     compiled = compile_backward(_spec({"x": "where(ge(x, min), grad, 0)"}, attrs=("min",)), {"where", "ge", "min"})
     assert "min" in compiled.formulas["x"].names
+
+
+def test_a_saved_tensor_changed_in_place_is_detected(dev):
+    a = t([1.0, 2.0], dev, requires_grad=True)
+    b = t([3.0, 4.0], dev)
+    y = oar.mul(a, b)
+    b.mul_(2.0)  # b does not require grad, so the runtime allows it; d/da needs the old b
+    with pytest.raises(RuntimeError, match=r"needs \('b'.*modified by an in-place op"):
+        oar.sum(y).backward()
+
+
+def test_views_and_indexing_route_gradients_like_torch(dev):
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal((4, 5, 6))
+    cases = [lambda v: v[1:3, ::2], lambda v: v[..., 0], lambda v: v[None, 2, :, -1],
+             lambda v: v.permute(2, 0, 1).reshape(6, 20), lambda v: v.unsqueeze(1).expand(4, 3, 5, 6),
+             lambda v: v.transpose(0, 2)[1:, :3]]
+    for f in cases:
+        ours = t(x, dev, requires_grad=True)
+        out = f(ours)
+        w = np.random.default_rng(1).standard_normal(tuple(out.shape))
+        out.backward(t(w, dev))
+        theirs = torch.tensor(x, requires_grad=True)
+        f(theirs).backward(torch.tensor(w))
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-12)

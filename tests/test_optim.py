@@ -211,3 +211,22 @@ def test_a_small_model_learns():
         opt.step()
         losses.append(float(loss.numpy()))
     assert losses[-1] < 0.5 * losses[0]
+
+
+@pytest.mark.parametrize("make", [lambda ps: optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+                                  lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01)])
+def test_a_step_never_waits_for_the_device(make, monkeypatch):
+    ours, _ = make_pair()
+    opt = make(ours)
+    set_grads(ours, [torch.zeros(s) for s in SHAPES], 0)
+    opt.step()  # first step: creates the state
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("optimizer step read device memory back to the host")
+    for name in ("_copy_to_host", "device_synchronize"):
+        if hasattr(oar._C, name):
+            monkeypatch.setattr(oar._C, name, refuse)
+    for _ in range(2):
+        opt.step()
+    monkeypatch.undo()
+    assert all(np.isfinite(p.numpy()).all() for p in ours)

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from oar import _C
+
 FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
+_TensorBase = _C.TensorBase
+_functions: dict[str, Any] = {}
 
 
 def oar_module():
@@ -13,12 +17,8 @@ def oar_module():
     return oar
 
 
-def tensor_class():
-    return oar_module().Tensor
-
-
 def is_tensor(value: Any) -> bool:
-    return isinstance(value, tensor_class())
+    return isinstance(value, _TensorBase)
 
 
 def dtype_name(dtype: Any) -> str:
@@ -34,13 +34,18 @@ def is_floating(dtype: Any) -> bool:
 
 
 def op_function(name: str):
-    """The runtime's function of an ops.yaml op, or None."""
-    oar = oar_module()
-    ops = getattr(oar, "ops", None)
-    fn = getattr(ops, name, None) if ops is not None else None
+    """The runtime's function of an ops.yaml op (oar.ops.<name>), or None."""
+    fn = _functions.get(name)
     if fn is None:
-        fn = getattr(oar, name, None)
-    return fn if callable(fn) else None
+        oar = oar_module()
+        ops = getattr(oar, "ops", None)
+        fn = getattr(ops, name, None) if ops is not None else None
+        if fn is None:
+            fn = getattr(oar, name, None)
+        if not callable(fn):
+            return None
+        _functions[name] = fn
+    return fn
 
 
 def full(shape, value, dtype, device):
