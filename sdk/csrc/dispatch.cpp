@@ -1444,6 +1444,17 @@ PyObject* run(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, At
   if (compute_code < 0) compute_code = static_cast<int>(ScalarType::Float32);
   ScalarType compute = static_cast<ScalarType>(compute_code);
   if (op.out_rule == OutRule::Float && !is_floating(compute)) compute = ScalarType::Float32;
+  // Narrow types an op does not list (ops.yaml's arith/float sets lack float16, bfloat16 and
+  // int8) are computed in the wide type the op has and the result is cast back.
+  int narrow_result = -1;
+  if (first_data >= 0 && !(op.dtype_mask & dtype_bit(compute))) {
+    ScalarType wide = is_floating(compute) ? ScalarType::Float32 : ScalarType::Int32;
+    bool narrow = compute == ScalarType::Float16 || compute == ScalarType::BFloat16 || compute == ScalarType::Int8;
+    if (narrow && (op.dtype_mask & dtype_bit(wide))) {
+      narrow_result = static_cast<int>(compute);
+      compute = wide;
+    }
+  }
   if (first_data >= 0 && !(op.dtype_mask & dtype_bit(compute))) {
     for (size_t k = 0; k < num_inputs; ++k) {
       const InputSpec& spec = op.inputs[std::min(k, op.inputs.size() - 1)];
@@ -1466,6 +1477,8 @@ PyObject* run(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, At
     case OutRule::Attr: out_dtype = static_cast<ScalarType>(attrs.values[op.dtype_attr]->i); break;
     case OutRule::Sum: out_dtype = is_floating(compute) ? compute : ScalarType::Int64; break;
   }
+  ScalarType result_dtype = out_dtype;  // what the caller gets (the narrow type back, if widened)
+  if (narrow_result >= 0 && out_dtype == compute) result_dtype = static_cast<ScalarType>(narrow_result);
 
   // Operands: numbers become 0-d tensors, data inputs of another dtype are cast (recorded).
   py::object holders[kMaxInputs];
@@ -1635,6 +1648,11 @@ PyObject* run(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, At
     for (size_t k = 0; k < num_outputs; ++k) out_tuple[k] = outputs[k];
     py::object attrs_object = py::reinterpret_steal<py::object>(attrs_dict(op, attrs));
     record(op.name_str, in_tuple.ptr(), attrs_object.ptr(), out_tuple.ptr());
+  }
+  if (result_dtype != out_dtype) {
+    for (size_t k = 0; k < num_outputs; ++k) {
+      outputs[k] = py::reinterpret_steal<py::object>(cast_to(outputs[k].ptr(), result_dtype));
+    }
   }
   if (num_outputs == 1) return outputs[0].release().ptr();
   py::tuple result(num_outputs);

@@ -78,7 +78,14 @@ void register_dtypes(py::module_& module) {
       })
       .def("__hash__", [](const DataType& self) { return dtype_key(self.value); })
       .def("__str__", [](const DataType& self) { return dtype_name(self.value); })
-      .def("__repr__", [](const DataType& self) { return "oar.DataType('" + dtype_name(self.value) + "')"; });
+      .def("__repr__", [](const DataType& self) {
+        // the tensor dtypes print as their oar names (oar.float32), like torch.float32
+        std::string name = dtype_name(self.value);
+        for (const char* tensor_dtype : {"float32", "float16", "bfloat16", "float64", "int8", "int32", "int64"}) {
+          if (name == tensor_dtype) return "oar." + name;
+        }
+        return name == "bool" ? std::string("oar.bool") : "oar.DataType('" + name + "')";
+      });
 }
 
 }  // namespace oar

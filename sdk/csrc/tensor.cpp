@@ -689,7 +689,6 @@ void copy_from_host(py::handle tensor, py::handle buffer) {
   plugin.call("memcpy_h2d_async", plugin.table().memcpy_h2d_async, stream->handle(), target,
               static_cast<const void*>(host.data()), *size);
   stream->hold_until_complete(std::move(host));
-  impl.storage->version += 1;
 }
 
 py::object empty_tensor(const std::vector<int64_t>& shape, py::handle dtype, const std::shared_ptr<Plugin>& plugin,

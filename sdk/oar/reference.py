@@ -388,7 +388,7 @@ def _axes(x: np.ndarray, dim) -> tuple[int, ...]:
     dims = [dim] if isinstance(dim, int) else list(dim)
     if not dims:
         return tuple(range(x.ndim))
-    return tuple(sorted(d % max(x.ndim, 1) for d in dims)) if x.ndim else ()
+    return tuple(sorted(d % builtins_max(x.ndim, 1) for d in dims)) if x.ndim else ()
 
 
 @_export

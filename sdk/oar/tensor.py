@@ -161,7 +161,13 @@ class Tensor(_C.TensorBase):
             array = self.numpy()
             if self.dtype in (bfloat16, float16):
                 array = array.astype(np.float32)
-            body = np.array2string(array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3)
+            options = {}
+            if array.dtype.kind == "f" and array.size:
+                finite = array[np.isfinite(array)]
+                if finite.size and not np.all(finite == np.round(finite)) and np.abs(finite).max() < 1e8 \
+                        and np.abs(finite[finite != 0]).min(initial=1.0) >= 1e-4:
+                    options = {"floatmode": "fixed", "precision": 4}  # like torch: 1.5000, 2.2500
+            body = np.array2string(array, separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, **options)
         except Exception as error:  # noqa: BLE001 -- a repr must not raise
             body = f"<values unavailable: {type(error).__name__}: {error}>"
         extras = [f"device='{self.device}'", f"dtype=oar.{self.dtype.name}"]
@@ -454,7 +460,7 @@ def _host_array(data: Any, target: DType | None) -> np.ndarray:
         except DTypeError:
             raise DTypeError(f"numpy dtype {array.dtype} has no oar dtype (float32, float16, bfloat16, "
                              f"float64, int8, int32, int64, bool): pass dtype=..., e.g. dtype=oar.int32") from None
-    return np.ascontiguousarray(array)
+    return array if array.flags.c_contiguous else np.array(array, order="C")  # (ascontiguousarray makes 0-d 1-d)
 
 
 def _has_float64(data: Any) -> bool:
