@@ -555,6 +555,54 @@ static void test_cast_copy(void) {
   }
 }
 
+/* float32 -> float16 / bfloat16 over a sweep of bit patterns (normals,
+   subnormals, ties, overflow, Inf, NaN) and float16 -> float32 for all 65536,
+   against the reference conversions of this file. */
+static void test_cast_sweep(void) {
+  const int64_t n = 1 << 20;
+  tensor* x = make1(F32, n);
+  uint32_t* bits = x->host;
+  for (int64_t i = 0; i < n; i++) bits[i] = (uint32_t)(i * 4099u + (uint32_t)(i >> 7));
+  upload(x);
+  oar_dl_data_type targets[2] = {F16, BF16};
+  for (int t = 0; t < 2; t++) {
+    tensor* out = make1(targets[t], n);
+    oar_attr dtype = attr_dtype(targets[t]);
+    EXPECT_OK(run_op("cast", (tensor*[]){x}, 1, out, &dtype, 1));
+    download(out);
+    const uint16_t* got = out->host;
+    int64_t wrong = 0, first = -1;
+    for (int64_t i = 0; i < n; i++) {
+      float value;
+      memcpy(&value, &bits[i], 4);
+      uint16_t want = t == 0 ? float_to_half(value) : float_to_bf16(value);
+      bool ok = isnan(value) ? (t == 0 ? (got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x3ff) : (got[i] & 0x7f80) == 0x7f80 && (got[i] & 0x7f))
+                             : got[i] == want;
+      if (!ok && first < 0) first = i;
+      wrong += !ok;
+    }
+    CHECK_MSG(wrong == 0, "cast float32 -> %s: %lld of %lld wrong (first: bits %08x -> %04x)", dtype_text(targets[t]),
+              (long long)wrong, (long long)n, first >= 0 ? bits[first] : 0, first >= 0 ? got[first] : 0);
+    release(out);
+  }
+  release(x);
+  tensor* halves = make1(F16, 65536);
+  for (int64_t i = 0; i < 65536; i++) ((uint16_t*)halves->host)[i] = (uint16_t)i;
+  upload(halves);
+  tensor* widened = make1(F32, 65536);
+  oar_attr to_f32 = attr_dtype(F32);
+  EXPECT_OK(run_op("cast", (tensor*[]){halves}, 1, widened, &to_f32, 1));
+  download(widened);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < 65536; i++) {
+    float want = half_to_float((uint16_t)i), got = ((float*)widened->host)[i];
+    wrong += isnan(want) ? !isnan(got) : memcmp(&want, &got, 4) != 0;
+  }
+  CHECK_MSG(wrong == 0, "cast float16 -> float32: %lld of 65536 wrong", (long long)wrong);
+  release(halves);
+  release(widened);
+}
+
 /* ---- binary ----------------------------------------------------------------------- */
 
 typedef double (*binary_ref)(double a, double b);
@@ -1304,6 +1352,7 @@ int main(int argc, char** argv) {
   test_unary_arith();
   test_unary_predicates();
   test_cast_copy();
+  test_cast_sweep();
   test_binary_arith();
   test_binary_compare();
   test_where();

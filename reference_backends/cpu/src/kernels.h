@@ -263,11 +263,25 @@ void philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t ou
 float philox_uniform_f32(uint64_t seed, uint64_t counter);
 double philox_uniform_f64(uint64_t seed, uint64_t counter);
 
+/* ---- vector code ------------------------------------------------------------ */
+
+/* Hot row functions are compiled twice, for AVX2 and the baseline, and the
+   loader picks one per machine (ifunc). FP contraction stays off (ISO C), so
+   both give the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define REFCPU_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define REFCPU_VECTOR_CLONES
+#endif
+
+/* Helpers of cloned row functions must inline into each clone to get its ISA. */
+#define REFCPU_ALWAYS_INLINE static inline __attribute__((always_inline))
+
 /* ---- fast float32 math that gcc vectorizes (no fast-math) -------------------- */
 
 /* e^x within 2 ulp over the whole range; NaN, +-Inf, overflow and subnormal
    results as expf. */
-static inline float refcpu_expf(float x) {
+REFCPU_ALWAYS_INLINE float refcpu_expf(float x) {
   const float log2e = 1.44269504088896341f;
   const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
   float clamped = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
@@ -287,13 +301,25 @@ static inline float refcpu_expf(float x) {
   int32_t bits;
   memcpy(&bits, &t, sizeof bits);
   int32_t k = bits - 0x4B400000; /* n as an integer, |n| <= 151 */
-  int32_t k1 = k / 2, k2 = k - k1; /* two steps so subnormal results and 2^128 scale correctly */
+  int32_t k1 = k >> 1, k2 = k - k1; /* two steps so subnormal results and 2^128 scale correctly */
   uint32_t s1 = (uint32_t)(k1 + 127) << 23, s2 = (uint32_t)(k2 + 127) << 23;
   float f1, f2;
   memcpy(&f1, &s1, sizeof f1);
   memcpy(&f2, &s2, sizeof f2);
   float result = p * f1 * f2;
   return x != x ? x : result;
+}
+
+/* tanh within a few ulp (Cephes' tanhf): an odd polynomial below 0.625,
+   1 - 2 / (e^2|x| + 1) above; both computed, one selected (vectorizable). */
+REFCPU_ALWAYS_INLINE float refcpu_tanhf(float x) {
+  float a = x < 0 ? -x : x;
+  float z = x * x;
+  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                  1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+  float large = 1.0f - 2.0f / (refcpu_expf(a + a) + 1.0f);
+  large = x < 0 ? -large : large;
+  return a > 0.625f ? large : small;
 }
 
 #endif /* OAR_REFCPU_KERNELS_H_ */

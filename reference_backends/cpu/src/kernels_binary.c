@@ -11,7 +11,7 @@
 /* out[i] = EXPR(a, b) with vectorizable loops for contiguous rows and for
    either operand a broadcast scalar (stride 0). */
 #define BINARY_ROW(name, T, OT, PRE, EXPR)                                                  \
-  static void name(char* const* p, const int64_t* s, int64_t n, void* context) {           \
+  REFCPU_VECTOR_CLONES static void name(char* const* p, const int64_t* s, int64_t n, void* context) {           \
     (void)context;                                                                          \
     PRE;                                                                                    \
     const int64_t st_ = (int64_t)sizeof(T), so_ = (int64_t)sizeof(OT);                      \
@@ -99,8 +99,8 @@ ARITH_BINARY(add, a + b, (T)((UT)a + (UT)b))
 ARITH_BINARY(sub, a - b, (T)((UT)a - (UT)b))
 ARITH_BINARY(mul, a * b, (T)((UT)a * (UT)b))
 /* NaN if either is NaN (numpy's maximum / minimum). */
-ARITH_BINARY(maximum, (a > b || a != a) ? a : b, a > b ? a : b)
-ARITH_BINARY(minimum, (a < b || a != a) ? a : b, a < b ? a : b)
+ARITH_BINARY(maximum, ((a > b) | (a != a)) ? a : b, a > b ? a : b)
+ARITH_BINARY(minimum, ((a < b) | (a != a)) ? a : b, a < b ? a : b)
 RUN_BINARY(add, false)
 RUN_BINARY(sub, false)
 RUN_BINARY(mul, false)
@@ -162,11 +162,11 @@ RUN_BINARY(logical_or, true)
    (x) * (T)0.39894228040143267794 * EXP_T((T)-0.5 * (x) * (x)))
 #define GELU_SIGMOID_2U(T, x) \
   ((T)1 / ((T)1 + EXP_T((T)-1.5957691216057307 * ((x) + (T)0.044715 * (x) * (x) * (x)))))
-static inline float gelu_dx_tanh_f32(float x) {
+REFCPU_ALWAYS_INLINE float gelu_dx_tanh_f32(float x) {
   float s = GELU_SIGMOID_2U(float, x);
   return s + 2.0f * x * s * (1.0f - s) * 0.7978845608028654f * (1.0f + 0.134145f * x * x);
 }
-static inline double gelu_dx_tanh_f64(double x) {
+REFCPU_ALWAYS_INLINE double gelu_dx_tanh_f64(double x) {
   double s = GELU_SIGMOID_2U(double, x);
   return s + 2.0 * x * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 0.134145 * x * x);
 }

@@ -52,27 +52,104 @@ void store_from_int(uint8_t dtype, char* p, int64_t value) {
   }
 }
 
+/* float32 <-> float16 / bfloat16 bits without branches (vectorizable), with
+   the rounding of dtype.c: nearest even, overflow to Inf, NaN kept quiet
+   with its sign and top payload bits. */
+static inline uint16_t float_to_bf16_bits(float value) {
+  uint32_t u;
+  memcpy(&u, &value, sizeof u);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t nan = (u >> 16) | 0x40u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+static inline uint16_t float_to_half_bits(float value) {
+  uint32_t u;
+  memcpy(&u, &value, sizeof u);
+  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13; /* exponent - 112, round half even */
+  float magnitude;
+  memcpy(&magnitude, &a, sizeof magnitude);
+  float shifted = magnitude + 0.5f; /* below 2^-14: the sum rounds to a multiple of 2^-24 */
+  uint32_t shifted_bits;
+  memcpy(&shifted_bits, &shifted, sizeof shifted_bits);
+  uint32_t subnormal = shifted_bits - 0x3f000000u;
+  uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+  uint32_t bits = a > 0x7f800000u ? nan : (a >= 0x47800000u ? 0x7c00u : (a < 0x38800000u ? subnormal : normal));
+  return (uint16_t)(bits | sign);
+}
+
+static inline float half_bits_to_float(uint16_t half) {
+  uint32_t sign = (uint32_t)(half & 0x8000u) << 16, em = half & 0x7fffu;
+  uint32_t normal = (em << 13) + 0x38000000u, special = (em << 13) | 0x7f800000u;
+  float tiny = (float)em * 5.9604644775390625e-8f; /* subnormals: em * 2^-24, exact */
+  uint32_t tiny_bits;
+  memcpy(&tiny_bits, &tiny, sizeof tiny_bits);
+  uint32_t bits = (em >= 0x7c00u ? special : (em < 0x400u ? tiny_bits : normal)) | sign;
+  float value;
+  memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+/* dst = convert(src) over count elements; EXPR reads v. */
+#define CONVERT_LOOP(DT, ST, EXPR)                                                           \
+  do {                                                                                       \
+    if (dst_stride == (int64_t)sizeof(DT) && src_stride == (int64_t)sizeof(ST)) {            \
+      DT* d_ = (DT*)dst;                                                                     \
+      const ST* s_ = (const ST*)src;                                                         \
+      for (int64_t i = 0; i < count; i++) {                                                  \
+        ST v = s_[i];                                                                        \
+        d_[i] = (DT)(EXPR);                                                                  \
+      }                                                                                      \
+    } else {                                                                                 \
+      for (int64_t i = 0; i < count; i++) {                                                  \
+        ST v = *(const ST*)(src + i * src_stride);                                           \
+        *(DT*)(dst + i * dst_stride) = (DT)(EXPR);                                           \
+      }                                                                                      \
+    }                                                                                        \
+    return;                                                                                  \
+  } while (0)
+
+#define PAIR(to, from) ((unsigned)(to) * DTYPE_COUNT + (unsigned)(from))
+
+REFCPU_VECTOR_CLONES
 void convert_elements(uint8_t dst_dtype, char* dst, int64_t dst_stride, uint8_t src_dtype,
                       const char* src, int64_t src_stride, int64_t count) {
   if (dst_dtype == src_dtype) {
-    int size = dtype_size(dst_dtype);
-    for (int64_t i = 0; i < count; i++) memcpy(dst + i * dst_stride, src + i * src_stride, (size_t)size);
-    return;
+    switch (dtype_size(dst_dtype)) {
+      case 1: CONVERT_LOOP(uint8_t, uint8_t, v);
+      case 2: CONVERT_LOOP(uint16_t, uint16_t, v);
+      case 4: CONVERT_LOOP(uint32_t, uint32_t, v);
+      default: CONVERT_LOOP(uint64_t, uint64_t, v);
+    }
   }
-  if (dst_dtype == DTYPE_F32 && src_dtype == DTYPE_BF16) {
-    for (int64_t i = 0; i < count; i++)
-      *(float*)(dst + i * dst_stride) = dtype_bfloat16_to_float(*(const uint16_t*)(src + i * src_stride));
-    return;
-  }
-  if (dst_dtype == DTYPE_F32 && src_dtype == DTYPE_F16) {
-    for (int64_t i = 0; i < count; i++)
-      *(float*)(dst + i * dst_stride) = dtype_half_to_float(*(const uint16_t*)(src + i * src_stride));
-    return;
-  }
-  if (dst_dtype == DTYPE_BF16 && src_dtype == DTYPE_F32) {
-    for (int64_t i = 0; i < count; i++)
-      *(uint16_t*)(dst + i * dst_stride) = dtype_double_to_bfloat16(*(const float*)(src + i * src_stride));
-    return;
+  switch (PAIR(dst_dtype, src_dtype)) {
+    case PAIR(DTYPE_F32, DTYPE_BF16): CONVERT_LOOP(float, uint16_t, dtype_bfloat16_to_float(v));
+    case PAIR(DTYPE_F32, DTYPE_F16): CONVERT_LOOP(float, uint16_t, half_bits_to_float(v));
+    case PAIR(DTYPE_BF16, DTYPE_F32): CONVERT_LOOP(uint16_t, float, float_to_bf16_bits(v));
+    case PAIR(DTYPE_F16, DTYPE_F32): CONVERT_LOOP(uint16_t, float, float_to_half_bits(v));
+    case PAIR(DTYPE_F64, DTYPE_F32): CONVERT_LOOP(double, float, v);
+    case PAIR(DTYPE_F32, DTYPE_F64): CONVERT_LOOP(float, double, v);
+    case PAIR(DTYPE_F64, DTYPE_BF16): CONVERT_LOOP(double, uint16_t, dtype_bfloat16_to_float(v));
+    case PAIR(DTYPE_F64, DTYPE_F16): CONVERT_LOOP(double, uint16_t, half_bits_to_float(v));
+    case PAIR(DTYPE_F32, DTYPE_I32): CONVERT_LOOP(float, int32_t, v);
+    case PAIR(DTYPE_F32, DTYPE_I64): CONVERT_LOOP(float, int64_t, v);
+    case PAIR(DTYPE_F32, DTYPE_I8): CONVERT_LOOP(float, int8_t, v);
+    case PAIR(DTYPE_F64, DTYPE_I32): CONVERT_LOOP(double, int32_t, v);
+    case PAIR(DTYPE_F64, DTYPE_I64): CONVERT_LOOP(double, int64_t, v);
+    case PAIR(DTYPE_F32, DTYPE_BOOL): CONVERT_LOOP(float, uint8_t, v != 0);
+    case PAIR(DTYPE_F64, DTYPE_BOOL): CONVERT_LOOP(double, uint8_t, v != 0);
+    case PAIR(DTYPE_I32, DTYPE_BOOL): CONVERT_LOOP(int32_t, uint8_t, v != 0);
+    case PAIR(DTYPE_I64, DTYPE_BOOL): CONVERT_LOOP(int64_t, uint8_t, v != 0);
+    case PAIR(DTYPE_BOOL, DTYPE_F32): CONVERT_LOOP(uint8_t, float, v != 0);
+    case PAIR(DTYPE_BOOL, DTYPE_I32): CONVERT_LOOP(uint8_t, int32_t, v != 0);
+    case PAIR(DTYPE_BOOL, DTYPE_I64): CONVERT_LOOP(uint8_t, int64_t, v != 0);
+    case PAIR(DTYPE_I64, DTYPE_I32): CONVERT_LOOP(int64_t, int32_t, v);
+    case PAIR(DTYPE_I32, DTYPE_I8): CONVERT_LOOP(int32_t, int8_t, v);
+    case PAIR(DTYPE_I64, DTYPE_I8): CONVERT_LOOP(int64_t, int8_t, v);
+    case PAIR(DTYPE_I32, DTYPE_I64): CONVERT_LOOP(int32_t, int64_t, (uint32_t)(uint64_t)v);
+    case PAIR(DTYPE_I8, DTYPE_I32): CONVERT_LOOP(int8_t, int32_t, (uint8_t)(uint32_t)v);
+    default: break;
   }
   if (dtype_is_floating(src_dtype) || dtype_is_floating(dst_dtype)) {
     for (int64_t i = 0; i < count; i++)
@@ -188,6 +265,41 @@ typedef struct transpose_job {
 
 #define TILE 32
 
+/* One TILE x TILE block goes through a buffer: read along the side that is
+   contiguous in src, written along the side contiguous in dst. Reading both
+   straight would walk a power-of-two stride that maps every line of the tile
+   to one cache set. */
+#define DEFINE_TRANSPOSE(name, type)                                                          \
+  static void name(const transpose_job* job, char* dst, const char* src, int64_t r0, int64_t r1, \
+                   int64_t c0, int64_t c1) {                                                    \
+    type tile[TILE * TILE];                                                                     \
+    int64_t rows = r1 - r0, cols = c1 - c0;                                                     \
+    if (job->dst_col == (int64_t)sizeof(type)) { /* dst rows contiguous, src columns */         \
+      for (int64_t c = 0; c < cols; c++) {                                                      \
+        const type* column = (const type*)(src + r0 * job->src_row + (c0 + c) * job->src_col);  \
+        for (int64_t r = 0; r < rows; r++) tile[c * TILE + r] = column[r];                      \
+      }                                                                                         \
+      for (int64_t r = 0; r < rows; r++) {                                                      \
+        type* row = (type*)(dst + (r0 + r) * job->dst_row + c0 * job->dst_col);                 \
+        for (int64_t c = 0; c < cols; c++) row[c] = tile[c * TILE + r];                         \
+      }                                                                                         \
+    } else { /* dst columns contiguous, src rows */                                             \
+      for (int64_t r = 0; r < rows; r++) {                                                      \
+        const type* row = (const type*)(src + (r0 + r) * job->src_row + c0 * job->src_col);     \
+        for (int64_t c = 0; c < cols; c++) tile[r * TILE + c] = row[c];                         \
+      }                                                                                         \
+      for (int64_t c = 0; c < cols; c++) {                                                      \
+        type* column = (type*)(dst + r0 * job->dst_row + (c0 + c) * job->dst_col);              \
+        for (int64_t r = 0; r < rows; r++) column[r] = tile[r * TILE + c];                      \
+      }                                                                                         \
+    }                                                                                           \
+  }
+
+DEFINE_TRANSPOSE(transpose_tile_1, uint8_t)
+DEFINE_TRANSPOSE(transpose_tile_2, uint16_t)
+DEFINE_TRANSPOSE(transpose_tile_4, uint32_t)
+DEFINE_TRANSPOSE(transpose_tile_8, uint64_t)
+
 static void transpose_range(int64_t begin, int64_t end, void* opaque) {
   const transpose_job* job = opaque;
   int64_t row_tiles = (job->rows + TILE - 1) / TILE;
@@ -198,15 +310,11 @@ static void transpose_range(int64_t begin, int64_t end, void* opaque) {
     const char* src = job->src + o * job->src_outer;
     for (int64_t c0 = 0; c0 < job->cols; c0 += TILE) {
       int64_t c1 = c0 + TILE < job->cols ? c0 + TILE : job->cols;
-      for (int64_t r = r0; r < r1; r++) {
-        char* d = dst + r * job->dst_row;
-        const char* s = src + r * job->src_row;
-        switch (job->size) {
-          case 1: for (int64_t c = c0; c < c1; c++) *(uint8_t*)(d + c * job->dst_col) = *(const uint8_t*)(s + c * job->src_col); break;
-          case 2: for (int64_t c = c0; c < c1; c++) *(uint16_t*)(d + c * job->dst_col) = *(const uint16_t*)(s + c * job->src_col); break;
-          case 4: for (int64_t c = c0; c < c1; c++) *(uint32_t*)(d + c * job->dst_col) = *(const uint32_t*)(s + c * job->src_col); break;
-          default: for (int64_t c = c0; c < c1; c++) *(uint64_t*)(d + c * job->dst_col) = *(const uint64_t*)(s + c * job->src_col); break;
-        }
+      switch (job->size) {
+        case 1: transpose_tile_1(job, dst, src, r0, r1, c0, c1); break;
+        case 2: transpose_tile_2(job, dst, src, r0, r1, c0, c1); break;
+        case 4: transpose_tile_4(job, dst, src, r0, r1, c0, c1); break;
+        default: transpose_tile_8(job, dst, src, r0, r1, c0, c1); break;
       }
     }
   }
@@ -251,21 +359,22 @@ oar_status refcpu_run_copy(const kernel_command* cmd) {
   return OAR_SUCCESS;
 }
 
-/* ---- cast: a copy row in the output dtype; the engine converts the input ---- */
+/* ---- cast: rows of convert_elements ------------------------------------------- */
 
-/* The engine's order is (input, output); copy_row's is (dst, src). */
-static void identity_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
-  char* swapped[2] = {p[1], p[0]};
-  int64_t strides[2] = {s[1], s[0]};
-  copy_row(swapped, strides, n, opaque);
+typedef struct cast_context {
+  uint8_t from, to;
+} cast_context;
+
+static void cast_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
+  const cast_context* cast = opaque;
+  convert_elements(cast->to, p[1], s[1], cast->from, p[0], s[0], n);
 }
 
 oar_status refcpu_run_cast(const kernel_command* cmd) {
   if (cmd->inputs[0].dtype == cmd->outputs[0].dtype) return refcpu_run_copy(cmd);
-  uint8_t out = cmd->outputs[0].dtype;
-  int size = dtype_size(out);
-  uint8_t compute[2] = {out, out};
-  elementwise_run(cmd, identity_row, compute, &size);
+  cast_context cast = {.from = cmd->inputs[0].dtype, .to = cmd->outputs[0].dtype};
+  uint8_t dtypes[2] = {cast.from, cast.to};
+  elementwise_run(cmd, cast_row, dtypes, &cast);
   return OAR_SUCCESS;
 }
 

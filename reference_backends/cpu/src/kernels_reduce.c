@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #define COLUMN_BLOCK 512        /* accumulators of one column-block task */
+#define LANES 32                /* independent accumulators of a row: one vectorizable inner loop */
 #define ROW_GRAIN ((int64_t)1 << 15) /* elements per task, roughly */
 
 typedef struct reduce_job {
@@ -31,12 +32,12 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ACC(acc, v) folds value v into acc; JOIN(a, b) joins two accumulators. */
 #define DEFINE_FOLD(name, T, A, OT, INIT, ACC, JOIN, FINAL)                                     \
-  static A name##_row(const T* x, int64_t n) {                                                \
-    A lanes[8];                                                                                \
-    for (int k = 0; k < 8; k++) lanes[k] = INIT;                                               \
+  REFCPU_ALWAYS_INLINE A name##_row(const T* x, int64_t n) {                                                \
+    A lanes[LANES];                                                                                \
+    for (int k = 0; k < LANES; k++) lanes[k] = INIT;                                               \
     int64_t i = 0;                                                                             \
-    for (; i + 8 <= n; i += 8)                                                                 \
-      for (int k = 0; k < 8; k++) {                                                            \
+    for (; i + LANES <= n; i += LANES)                                                                 \
+      for (int k = 0; k < LANES; k++) {                                                            \
         A acc = lanes[k];                                                                      \
         T v = x[i + k];                                                                        \
         ACC;                                                                                   \
@@ -47,13 +48,13 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
       T v = x[i];                                                                              \
       ACC;                                                                                     \
     }                                                                                          \
-    for (int k = 0; k < 8; k++) {                                                              \
+    for (int k = 0; k < LANES; k++) {                                                          \
       A a = acc, b = lanes[k];                                                                 \
       acc = JOIN;                                                                              \
     }                                                                                          \
     return acc;                                                                                \
   }                                                                                            \
-  static void name##_rows(int64_t begin, int64_t end, void* opaque) {                          \
+  REFCPU_VECTOR_CLONES static void name##_rows(int64_t begin, int64_t end, void* opaque) {                          \
     const reduce_job* job = opaque;                                                            \
     const T* x = (const T*)job->x;                                                             \
     OT* out = (OT*)job->out;                                                                   \
@@ -63,7 +64,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
       out[o] = (OT)(FINAL);                                                                    \
     }                                                                                          \
   }                                                                                            \
-  static void name##_columns(int64_t begin, int64_t end, void* opaque) {                       \
+  REFCPU_VECTOR_CLONES static void name##_columns(int64_t begin, int64_t end, void* opaque) {                       \
     const reduce_job* job = opaque;                                                            \
     int64_t blocks = (job->inner + COLUMN_BLOCK - 1) / COLUMN_BLOCK, count = job->reduced;     \
     A accs[COLUMN_BLOCK];                                                                      \
@@ -94,7 +95,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
     int64_t count;                                                                             \
     A* partials;                                                                               \
   } name##_split;                                                                              \
-  static void name##_part(int64_t begin, int64_t end, void* opaque) {                          \
+  REFCPU_VECTOR_CLONES static void name##_part(int64_t begin, int64_t end, void* opaque) {                          \
     const name##_split* split = opaque;                                                        \
     for (int64_t part = begin; part < end; part++) {                                           \
       int64_t first = part * split->per_part;                                                  \
@@ -137,10 +138,10 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 #define SUM_FINAL acc
 #define MEAN_FINAL acc / (double)count
 /* NaN wins and stays: once acc is NaN no comparison replaces it. */
-#define MAX_ACC acc = (v > acc || v != v) ? v : acc
-#define MAX_JOIN (b > a || b != b) ? b : a
-#define MIN_ACC acc = (v < acc || v != v) ? v : acc
-#define MIN_JOIN (b < a || b != b) ? b : a
+#define MAX_ACC acc = ((v > acc) | (v != v)) ? v : acc
+#define MAX_JOIN ((b > a) | (b != b)) ? b : a
+#define MIN_ACC acc = ((v < acc) | (v != v)) ? v : acc
+#define MIN_JOIN ((b < a) | (b != b)) ? b : a
 
 DEFINE_FOLD(sum_f32, float, double, float, 0.0, SUM_ACC, SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_f64, double, double, double, 0.0, SUM_ACC, SUM_JOIN, SUM_FINAL)
@@ -167,7 +168,7 @@ static double var_divisor(int64_t count, int64_t correction) {
 }
 
 #define DEFINE_VAR(name, T)                                                                    \
-  static void name##_rows(int64_t begin, int64_t end, void* opaque) {                          \
+  REFCPU_VECTOR_CLONES static void name##_rows(int64_t begin, int64_t end, void* opaque) {                          \
     const reduce_job* job = opaque;                                                            \
     int64_t n = job->reduced;                                                                  \
     double divisor = var_divisor(n, job->correction);                                          \
@@ -191,7 +192,7 @@ static double var_divisor(int64_t count, int64_t correction) {
       ((T*)job->out)[o] = (T)(squares / divisor);                                              \
     }                                                                                          \
   }                                                                                            \
-  static void name##_columns(int64_t begin, int64_t end, void* opaque) {                       \
+  REFCPU_VECTOR_CLONES static void name##_columns(int64_t begin, int64_t end, void* opaque) {                       \
     const reduce_job* job = opaque;                                                            \
     int64_t blocks = (job->inner + COLUMN_BLOCK - 1) / COLUMN_BLOCK, n = job->reduced;         \
     double divisor = var_divisor(n, job->correction);                                          \
@@ -233,7 +234,7 @@ DEFINE_VAR(var_f64, double)
 #define BETTER(v, best) ((v) > (best) || ((v) != (v) && (best) == (best)))
 
 #define DEFINE_ARGMAX(name, T)                                                                 \
-  static void name##_rows(int64_t begin, int64_t end, void* opaque) {                          \
+  REFCPU_VECTOR_CLONES static void name##_rows(int64_t begin, int64_t end, void* opaque) {                          \
     const reduce_job* job = opaque;                                                            \
     int64_t n = job->reduced;                                                                  \
     for (int64_t o = begin; o < end; o++) {                                                    \
@@ -248,7 +249,7 @@ DEFINE_VAR(var_f64, double)
       ((int64_t*)job->out)[o] = best_index;                                                    \
     }                                                                                          \
   }                                                                                            \
-  static void name##_columns(int64_t begin, int64_t end, void* opaque) {                       \
+  REFCPU_VECTOR_CLONES static void name##_columns(int64_t begin, int64_t end, void* opaque) {                       \
     const reduce_job* job = opaque;                                                            \
     int64_t blocks = (job->inner + COLUMN_BLOCK - 1) / COLUMN_BLOCK, n = job->reduced;         \
     T best[COLUMN_BLOCK];                                                                      \

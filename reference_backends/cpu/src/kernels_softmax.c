@@ -21,50 +21,52 @@ typedef struct softmax_job {
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 #define DEFINE_SOFTMAX(name, T)                                                                \
-  static void name##_row(const T* x, T* y, int64_t n, bool log_form) {                         \
-    T lanes[8];                                                                                \
-    for (int k = 0; k < 8; k++) lanes[k] = -INFINITY;                                          \
+  /* Sum in double, eight lanes. */                                                           \
+  REFCPU_ALWAYS_INLINE double name##_sum(const T* e, int64_t n) {                                    \
+    double lanes[8] = {0}, sum = 0;                                                           \
+    int64_t i = 0;                                                                            \
+    for (; i + 8 <= n; i += 8)                                                                \
+      for (int k = 0; k < 8; k++) lanes[k] += e[i + k];                                       \
+    for (; i < n; i++) sum += e[i];                                                           \
+    for (int k = 0; k < 8; k++) sum += lanes[k];                                              \
+    return sum;                                                                               \
+  }                                                                                           \
+  REFCPU_ALWAYS_INLINE void name##_row(const T* x, T* y, int64_t n, bool log_form) {                         \
+    T lanes[32];                                                                                \
+    for (int k = 0; k < 32; k++) lanes[k] = -INFINITY;                                          \
     int64_t i = 0;                                                                             \
-    for (; i + 8 <= n; i += 8)                                                                 \
-      for (int k = 0; k < 8; k++) {                                                            \
+    for (; i + 32 <= n; i += 32)                                                                 \
+      for (int k = 0; k < 32; k++) {                                                            \
         T v = x[i + k];                                                                        \
-        lanes[k] = (v > lanes[k] || v != v) ? v : lanes[k];                                    \
+        lanes[k] = ((v > lanes[k]) | (v != v)) ? v : lanes[k];                                    \
       }                                                                                        \
     T m = -INFINITY;                                                                           \
-    for (; i < n; i++) m = (x[i] > m || x[i] != x[i]) ? x[i] : m;                              \
-    for (int k = 0; k < 8; k++) m = (lanes[k] > m || lanes[k] != lanes[k]) ? lanes[k] : m;     \
-    double sums[8] = {0}, sum = 0;                                                             \
-    if (log_form) {                                                                            \
-      for (i = 0; i + 8 <= n; i += 8)                                                          \
-        for (int k = 0; k < 8; k++) sums[k] += EXP_T(x[i + k] - m);                            \
-      for (; i < n; i++) sum += EXP_T(x[i] - m);                                               \
-      for (int k = 0; k < 8; k++) sum += sums[k];                                              \
-      T log_sum = (T)log(sum);                                                                 \
-      for (i = 0; i < n; i++) y[i] = (x[i] - m) - log_sum;                                     \
-    } else {                                                                                   \
-      for (i = 0; i + 8 <= n; i += 8)                                                          \
-        for (int k = 0; k < 8; k++) {                                                          \
-          T e = EXP_T(x[i + k] - m);                                                           \
-          y[i + k] = e;                                                                        \
-          sums[k] += e;                                                                        \
-        }                                                                                      \
-      for (; i < n; i++) {                                                                     \
-        T e = EXP_T(x[i] - m);                                                                 \
-        y[i] = e;                                                                              \
-        sum += e;                                                                              \
-      }                                                                                        \
-      for (int k = 0; k < 8; k++) sum += sums[k];                                              \
-      T total = (T)sum;                                                                        \
-      for (i = 0; i < n; i++) y[i] = y[i] / total;                                             \
-    }                                                                                          \
-  }                                                                                            \
-  static void name##_rows(int64_t begin, int64_t end, void* opaque) {                          \
+    for (; i < n; i++) m = ((x[i] > m) | (x[i] != x[i])) ? x[i] : m;                              \
+    for (int k = 0; k < 32; k++) m = ((lanes[k] > m) | (lanes[k] != lanes[k])) ? lanes[k] : m;     \
+    double sum = 0;                                                                           \
+    if (log_form) { /* exp into a small buffer: the sum without writing y twice */            \
+      T buffer[512];                                                                          \
+      for (int64_t start = 0; start < n; start += 512) {                                      \
+        int64_t count = n - start < 512 ? n - start : 512;                                    \
+        for (int64_t j = 0; j < count; j++) buffer[j] = EXP_T(x[start + j] - m);              \
+        sum += name##_sum(buffer, count);                                                     \
+      }                                                                                       \
+      T log_sum = (T)log(sum);                                                                \
+      for (i = 0; i < n; i++) y[i] = (x[i] - m) - log_sum;                                    \
+    } else {                                                                                  \
+      for (i = 0; i < n; i++) y[i] = EXP_T(x[i] - m);                                         \
+      sum = name##_sum(y, n);                                                                 \
+      T total = (T)sum;                                                                       \
+      for (i = 0; i < n; i++) y[i] = y[i] / total;                                            \
+    }                                                                                         \
+  }                                                                                           \
+  REFCPU_VECTOR_CLONES static void name##_rows(int64_t begin, int64_t end, void* opaque) {                          \
     const softmax_job* job = opaque;                                                           \
     int64_t n = job->reduced;                                                                  \
     for (int64_t o = begin; o < end; o++)                                                      \
       name##_row((const T*)job->x + o * n, (T*)job->out + o * n, n, job->log);                 \
   }                                                                                            \
-  static void name##_columns(int64_t begin, int64_t end, void* opaque) {                       \
+  REFCPU_VECTOR_CLONES static void name##_columns(int64_t begin, int64_t end, void* opaque) {                       \
     const softmax_job* job = opaque;                                                           \
     int64_t blocks = (job->inner + COLUMN_BLOCK - 1) / COLUMN_BLOCK, n = job->reduced;         \
     int64_t stride = job->inner;                                                               \
@@ -82,7 +84,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
       for (int64_t r = 0; r < n; r++)                                                          \
         for (int64_t i = 0; i < width; i++) {                                                  \
           T v = x[r * stride + i];                                                             \
-          maxes[i] = (v > maxes[i] || v != v) ? v : maxes[i];                                  \
+          maxes[i] = ((v > maxes[i]) | (v != v)) ? v : maxes[i];                                  \
         }                                                                                      \
       for (int64_t r = 0; r < n; r++)                                                          \
         for (int64_t i = 0; i < width; i++) {                                                  \

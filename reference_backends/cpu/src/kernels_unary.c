@@ -12,7 +12,7 @@
 /* A row: out[i] = EXPR(x = in[i]) with a contiguous loop gcc vectorizes.
    PRE declares what EXPR reads from context. */
 #define UNARY_ROW(name, T, OT, PRE, EXPR)                                                    \
-  static void name(char* const* p, const int64_t* s, int64_t n, void* context) {            \
+  REFCPU_VECTOR_CLONES static void name(char* const* p, const int64_t* s, int64_t n, void* context) {            \
     (void)context;                                                                           \
     PRE;                                                                                     \
     if (s[0] == (int64_t)sizeof(T) && s[1] == (int64_t)sizeof(OT)) {                         \
@@ -88,7 +88,8 @@ FLOAT_UNARY(rsqrt, NOTHING, (T)1 / sqrt(x))
 FLOAT_UNARY(reciprocal, NOTHING, (T)1 / x)
 FLOAT_UNARY(sin, NOTHING, sin(x))
 FLOAT_UNARY(cos, NOTHING, cos(x))
-FLOAT_UNARY(tanh, NOTHING, tanh(x))
+#define TANH_T(x) _Generic((x), float: refcpu_tanhf, default: tanh)(x)
+FLOAT_UNARY(tanh, NOTHING, TANH_T(x))
 FLOAT_UNARY(sigmoid, NOTHING, (T)1 / ((T)1 + EXP_T(-x)))
 FLOAT_UNARY(silu, NOTHING, x / ((T)1 + EXP_T(-x)))
 FLOAT_UNARY(erf, NOTHING, erf(x))
