@@ -208,3 +208,22 @@ def test_unsupported_values_are_refused_before_writing(tmp_path):
     with pytest.raises(TypeError, match="cannot store a set"):
         oar.save({"a": {1, 2}}, path)
     assert not path.exists() and os.listdir(tmp_path) == []
+
+
+def test_load_onto_another_device_and_resume_there(tmp_path, dev):
+    if oar.device_count() < 2:
+        pytest.skip("needs two devices")
+    other = f"{oar.device(dev).type}:1"
+    m = model()
+    opt = optim.AdamW(m.parameters(), lr=1e-3)
+    oar.sum(m(oar.tensor(rnd(1, 5, 3)))).backward()
+    opt.step()
+    path = tmp_path / "train.safetensors"
+    oar.save({"model": m.state_dict(), "optimizer": opt.state_dict()}, path)
+    back = oar.load(path, device=other)
+    assert all(str(v.device) == other for v in back["model"].values())
+    m2 = model().to(other)
+    m2.load_state_dict(back["model"])
+    opt2 = optim.AdamW(m2.parameters(), lr=1e-3)
+    opt2.load_state_dict(back["optimizer"])
+    assert str(opt2.state_dict()["state"][0]["exp_avg"].device) == other

@@ -320,3 +320,21 @@ def test_attention_trains():
     x = oar.tensor(rnd(10, 2, 4, 8))
     oar.sum(mha(x)).backward()
     assert all(p.grad is not None for p in mha.parameters())
+
+
+def test_to_another_device_moves_parameters_and_buffers(dev):
+    if oar.device_count() < 2:
+        pytest.skip("needs two devices")
+    other = f"{oar.device(dev).type}:1"
+    net = Net()
+    x = rnd(11, 3, 4)
+    expected = arr(net(oar.tensor(x)))
+    net.to(other)
+    assert all(str(p.device) == other and isinstance(p, nn.Parameter) for p in net.parameters())
+    assert all(str(b.device) == other for b in net.buffers())
+    out = net(oar.tensor(x, device=other))
+    np.testing.assert_allclose(arr(out), expected, rtol=1e-6)
+    oar.sum(out).backward()
+    assert all(str(p.grad.device) == other for p in net.parameters())
+    net.to(dtype="float64")
+    assert all(p.dtype == oar.float64 for p in net.parameters())

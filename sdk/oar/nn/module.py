@@ -289,9 +289,9 @@ class Module:
     def to(self, device=None, dtype=None) -> "Module":
         """Moves parameters and buffers to ``device`` and/or casts floating ones to ``dtype``.
         The module's Parameters are replaced by new ones (create optimizers afterwards)."""
-        if device is not None and not isinstance(device, (str, oar.device)):
-            # to(dtype) written positionally
-            device, dtype = None, device
+        if device is not None and (isinstance(device, oar.DType) or
+                                   (isinstance(device, str) and device.removeprefix("oar.") in _DTYPE_NAMES)):
+            device, dtype = None, device  # to(dtype) written positionally
 
         def convert(t):
             out = t
@@ -377,6 +377,9 @@ class Module:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+
+
+_DTYPE_NAMES = frozenset({"float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "bool"})
 
 
 def _is_floating(dtype) -> bool:
