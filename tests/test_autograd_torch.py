@@ -157,3 +157,31 @@ def test_mlp_end_to_end(dev):
     def theirs(x, w1, b1, w2, b2, tg):
         return TF.cross_entropy(TF.linear(TF.gelu(TF.linear(x, w1, b1)), w2, b2), tg)
     check(dev, ours, theirs, [x, w1, b1, w2, b2], [1, 1, 1, 1, 1], extra=[target])
+
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis.extra.numpy import mutually_broadcastable_shapes  # noqa: E402
+
+_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "maximum": torch.maximum}
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes=mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, max_side=3),
+       op=st.sampled_from(sorted(_BINARY)), seed=st.integers(0, 2 ** 16))
+def test_broadcast_gradients_sum_back_to_each_input(dev, shapes, op, seed):
+    """Random broadcastable shape pairs: each input's gradient has its own shape and torch's values."""
+    rng = np.random.default_rng(seed)
+    a, b = (rng.uniform(0.5, 1.5, s) * rng.choice([-1, 1], s) for s in shapes.input_shapes)
+    b = b + 0.01 * (b > 0)  # no ties for maximum
+    ours = [oar.tensor(v, device=dev) for v in (a, b)]
+    for x in ours:
+        x.requires_grad = True
+    out = getattr(oar, op)(*ours)
+    w = rng.standard_normal(shapes.result_shape)
+    out.backward(oar.tensor(w, device=dev))
+    theirs = [torch.tensor(v, requires_grad=True) for v in (a, b)]
+    _BINARY[op](*theirs).backward(torch.tensor(w))
+    for x, y in zip(ours, theirs):
+        assert tuple(x.grad.shape) == tuple(y.shape)
+        np.testing.assert_allclose(x.grad.numpy(), y.grad.numpy(), rtol=1e-10, atol=1e-12)
