@@ -66,9 +66,9 @@ class LambdaLR(LRScheduler):
 
 
 def cosine_with_warmup(warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.0) -> Callable[[int], float]:
-    """The factor of LambdaLR: linear from 1/(warmup+1)... up to 1 over ``warmup_steps``
-    (step s gives (s + 1) / warmup_steps, reaching 1 at s = warmup - 1), then a cosine from 1
-    down to ``min_lr_ratio`` at ``total_steps``, constant after."""
+    """The LambdaLR factor: a linear warm-up, step s < warmup_steps giving (s + 1) / warmup_steps
+    (1 at s = warmup_steps - 1), then a cosine from 1 at warmup_steps down to ``min_lr_ratio``
+    at ``total_steps``, and ``min_lr_ratio`` after."""
     if warmup_steps < 0 or total_steps <= 0 or warmup_steps > total_steps:
         raise ValueError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}), total > 0")
     if not 0.0 <= min_lr_ratio <= 1.0:
