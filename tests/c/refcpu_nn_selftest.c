@@ -137,10 +137,10 @@ static void tensor_make(tensor* t, dtype type, int ndim, const int64_t* shape, l
 
 /* A broadcast view: dims in zero_dims get stride 0 (the data of index 0). */
 static void tensor_make_broadcast(tensor* t, dtype type, int ndim, const int64_t* shape,
-                                  uint32_t zero_dims) {
+                                  uint32_t zero_dims, layout kind) {
   int64_t real_shape[8];
   for (int d = 0; d < ndim; d++) real_shape[d] = (zero_dims >> d) & 1 ? 1 : shape[d];
-  tensor_make(t, type, ndim, real_shape, COMPACT);
+  tensor_make(t, type, ndim, real_shape, kind);
   for (int d = 0; d < ndim; d++) {
     t->shape[d] = shape[d];
     if ((zero_dims >> d) & 1) t->strides[d] = 0;
@@ -427,7 +427,7 @@ static void matmul_case(const char* op, dtype type, int ndim, const int64_t* bat
   out_shape[ndim - 2] = m, out_shape[ndim - 1] = n;
   tensor a, b, out;
   tensor_make(&a, type, ndim, a_shape, la);
-  if (b_broadcast) tensor_make_broadcast(&b, type, ndim, b_shape, b_broadcast);
+  if (b_broadcast) tensor_make_broadcast(&b, type, ndim, b_shape, b_broadcast, lb);
   else tensor_make(&b, type, ndim, b_shape, lb);
   tensor_make(&out, type, ndim, out_shape, lo);
   fill_random(&a);
@@ -465,6 +465,9 @@ static void test_matmul(void) {
     matmul_case("matmul", type, 4, batch, 6, 5, 4, COMPACT, COMPACT, COMPACT, 3u);
     matmul_case("matmul", type, 4, batch, 6, 5, 4, PADDED, COMPACT, COMPACT, 3u);
     matmul_case("matmul", type, 3, batch, 6, 5, 4, COMPACT, COMPACT, PADDED, 1u);
+    matmul_case("matmul", type, 3, batch, 6, 5, 4, COMPACT, LAST2, COMPACT, 1u);  /* x @ w.T */
+    matmul_case("matmul", type, 4, batch, 6, 5, 4, COMPACT, REVERSED, COMPACT, 3u);
+    matmul_case("matmul", type, 3, batch, 70, 50, 60, COMPACT, LAST2, COMPACT, 1u); /* folded, split */
     /* degenerate sizes: K = 0 gives zeros, M = 1, N = 1 */
     matmul_case("matmul", type, 2, NULL, 3, 0, 4, COMPACT, COMPACT, COMPACT, 0);
     matmul_case("matmul", type, 3, batch, 1, 6, 1, PADDED, REVERSED, COMPACT, 0);
@@ -1592,11 +1595,11 @@ static double time_op(const char* op, tensor* const* inputs, size_t num_inputs, 
 }
 
 static void bench_matmul(const char* op, int ndim, const int64_t* a_shape, const int64_t* b_shape,
-                         const int64_t* o_shape, uint32_t b_broadcast, layout la) {
+                         const int64_t* o_shape, uint32_t b_broadcast, layout la, layout lb) {
   tensor a, b, out;
   tensor_make(&a, F32, ndim, a_shape, la);
-  if (b_broadcast) tensor_make_broadcast(&b, F32, ndim, b_shape, b_broadcast);
-  else tensor_make(&b, F32, ndim, b_shape, COMPACT);
+  if (b_broadcast) tensor_make_broadcast(&b, F32, ndim, b_shape, b_broadcast, lb);
+  else tensor_make(&b, F32, ndim, b_shape, lb);
   tensor_make(&out, F32, ndim, o_shape, COMPACT);
   fill_random(&a);
   fill_random(&b);
@@ -1607,8 +1610,8 @@ static void bench_matmul(const char* op, int ndim, const int64_t* a_shape, const
   for (int d = 0; d < ndim; d++) printf("%s%" PRId64, d ? "x" : " ", a_shape[d]);
   printf(" b");
   for (int d = 0; d < ndim; d++) printf("%s%" PRId64, d ? "x" : " ", b_shape[d]);
-  printf("%s%s: %.3f ms, %.1f GFLOP/s\n", b_broadcast ? " (b broadcast)" : "",
-         la == LAST2 ? " (a transposed)" : "", ms, flops / ms * 1e-6);
+  printf("%s%s%s: %.3f ms, %.1f GFLOP/s\n", b_broadcast ? " (b broadcast)" : "",
+         la == LAST2 ? " (a transposed)" : "", lb == LAST2 ? " (b transposed)" : "", ms, flops / ms * 1e-6);
   tensor_free(&a);
   tensor_free(&b);
   tensor_free(&out);
@@ -1690,15 +1693,15 @@ static void bench_rows(void) {
 static void run_benchmarks(void) {
   /* the Llama step's shapes: d_model 256, d_ff 704, 4 heads of 64, seq 128, batch 8 */
   int64_t x[3] = {8, 128, 256}, w[3] = {8, 256, 768}, o[3] = {8, 128, 768};
-  bench_matmul("matmul", 3, x, w, o, 1u, COMPACT);
+  bench_matmul("matmul", 3, x, w, o, 1u, COMPACT, LAST2); /* x @ w.T */
   int64_t xt[3] = {8, 256, 128}, g[3] = {8, 128, 768}, wo[3] = {8, 256, 768};
-  bench_matmul("matmul", 3, xt, g, wo, 0, LAST2);
+  bench_matmul("matmul", 3, xt, g, wo, 0, LAST2, COMPACT); /* x.T @ grad */
   int64_t q[4] = {8, 4, 128, 64}, k[4] = {8, 4, 64, 128}, s[4] = {8, 4, 128, 128};
-  bench_matmul("matmul", 4, q, k, s, 0, COMPACT);
+  bench_matmul("matmul", 4, q, k, s, 0, COMPACT, LAST2); /* q @ k.T */
   int64_t p[3] = {32, 128, 128}, v[3] = {32, 128, 64}, pv[3] = {32, 128, 64};
-  bench_matmul("bmm", 3, p, v, pv, 0, COMPACT);
+  bench_matmul("bmm", 3, p, v, pv, 0, COMPACT, COMPACT);
   int64_t m2[2] = {1024, 1024};
-  bench_matmul("matmul", 2, m2, m2, m2, 0, COMPACT);
+  bench_matmul("matmul", 2, m2, m2, m2, 0, COMPACT, COMPACT);
   bench_conv(8, 16, 32, 32, 3, 1, 1);
   bench_conv(8, 64, 16, 64, 3, 1, 1);
   bench_conv(32, 3, 28, 16, 5, 1, 2);
