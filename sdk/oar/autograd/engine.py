@@ -111,8 +111,10 @@ def _lift_scalars(args: list, ref) -> list:
 def _op_caller(spec: OpSpec, fn):
     """Calls op ``fn`` the way ops.yaml's formulas write calls: tensor inputs first
     (an absent optional one as None), then attrs positionally in declaration
-    order or by keyword; Python numbers as inputs are lifted to tensors."""
+    order or by keyword. Python numbers as inputs are lifted to tensors, except for
+    elementwise ops, which the runtime gives PyTorch's wrapped-number typing."""
     n_inputs = len(spec.inputs)
+    takes_numbers = spec.kind in ("binary", "ternary")
     attr_names = spec.attr_names
     optional = [p.optional for p in spec.inputs]
     name = spec.name
@@ -129,6 +131,8 @@ def _op_caller(spec: OpSpec, fn):
             raise TypeError(f"{name}() takes {n_inputs} inputs and {len(attr_names)} attrs, got {len(args)} arguments")
         while inputs and inputs[-1] is None and optional[len(inputs) - 1]:
             inputs.pop()
+        if takes_numbers:
+            return fn(*inputs, **kwargs)
         ref = None
         for value in inputs:
             if rt.is_tensor(value):
