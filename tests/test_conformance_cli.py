@@ -110,3 +110,20 @@ def test_the_quick_tier_passes_within_a_minute_on_two_jobs(tmp_path):
     assert document["run"]["options"]["quick"] is True
     assert {t["id"] for t in document["tests"]} == set(tiers.quick_ids())
     assert elapsed < 60, f"the quick tier took {elapsed:.1f} s"
+
+
+def test_a_file_that_is_not_a_plugin_exits_3(tmp_path):
+    import subprocess
+
+    from conformance_helpers import compiler
+
+    not_a_library = tmp_path / "libnothing.so"
+    not_a_library.write_text("not an ELF file")
+    done = conformance("run", "--device", "npu", "--plugin", str(not_a_library), "--no-progress")
+    assert done.returncode == 3 and "cannot load" in done.stderr
+    source = tmp_path / "other.c"
+    source.write_text("int not_a_plugin(void) { return 1; }\n")
+    library = tmp_path / "libother.so"
+    subprocess.run([compiler(), "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
+    done = conformance("run", "--device", "npu", "--plugin", str(library), "--no-progress")
+    assert done.returncode == 3 and "does not export oar_plugin_init" in done.stderr

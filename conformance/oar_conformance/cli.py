@@ -64,6 +64,8 @@ def _plugin_environment(device: str, plugin: str | None) -> dict:
             raise HarnessError(f"{detail} (name the library with --plugin PATH)")
         plugin = found["path"]
     info = run_probe("describe", os.path.abspath(plugin))
+    if info.get("fatal"):
+        raise HarnessError(info["error"])
     if "device_type" in info and info["device_type"] != device:
         raise HarnessError(f"{plugin} serves device type '{info['device_type']}', not '{device}'")
     if "path" not in info:  # the probe itself crashed: the tests will say how

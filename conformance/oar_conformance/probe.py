@@ -55,7 +55,14 @@ def describe(path: str) -> dict:
 
     info: dict[str, Any] = {"path": os.path.abspath(path),
                             "host_abi": f"{C.OAR_ABI_VERSION_MAJOR}.{C.OAR_ABI_VERSION_MINOR}"}
-    plugin = abi.RawPlugin(path)
+    try:
+        plugin = abi.RawPlugin(path)
+    except OSError as error:  # not a loadable library: nothing to test
+        info.update(error=f"cannot load {path}: {error}", fatal=True)
+        return info
+    except AttributeError as error:  # cffi: no oar_plugin_init symbol
+        info.update(error=f"{path} does not export oar_plugin_init: {error}", fatal=True)
+        return info
     params = plugin.params
     info["plugin_init_status"] = status_name(plugin.init_status)
     if plugin.init_status != 0 or plugin.table == ffi.NULL:

@@ -86,10 +86,10 @@ class ProgressDisplay(Observer):
 def print_environment(console: Console, plugin: dict, options: dict) -> None:
     console.print(Text.assemble(("Oar conformance", "bold"), f" - device {options['device']}, levels ",
                                 ", ".join(options["levels"]), " (quick)" if options.get("quick") else ""))
-    console.print(Text.assemble("plugin ", (str(plugin.get("path", "?")), "bold"),
-                                f"  type {plugin.get('device_type', '?')}",
-                                f"  version {plugin.get('plugin_version', '?')}",
-                                f"  ABI {plugin.get('plugin_abi', '?')} (host {plugin.get('host_abi', '?')})"))
+    console.print(Text.assemble("plugin ", (str(plugin.get("path", "?")), "bold")), overflow="fold")
+    console.print(Text(f"  type {plugin.get('device_type', '?')}, version {plugin.get('plugin_version', '?')}, "
+                       f"ABI {plugin.get('plugin_abi', '?')} (host {plugin.get('host_abi', '?')}), capabilities: "
+                       f"{', '.join(plugin.get('capabilities') or []) or 'none'}"))
     for device in plugin.get("devices") or []:
         props = device.get("properties") or {}
         console.print(Text(f"  device {device['index']}: {props.get('name', props.get('error', '?'))}, "
