@@ -2148,6 +2148,14 @@ void register_dispatch(py::module_& module) {
     copy_into(x, value.ptr());
   }, py::arg("target"), py::arg("value"),
      "Copy value (tensor of the same device, or number, or array-like) into target, broadcast and cast.");
+  module.def("_check_inplace", [](py::handle target, py::handle value, const std::string& what) {
+    if (!is_tensor(target.ptr())) throw py::type_error(what + ": the target must be a tensor");
+    if (grad_enabled() && (impl_of(target.ptr()).requires_grad ||
+                           (is_tensor(value.ptr()) && impl_of(value.ptr()).requires_grad))) {
+      inplace_grad_error(what.c_str());
+    }
+  }, py::arg("target"), py::arg("value"), py::arg("what"),
+     "Raise the error of an in-place change autograd cannot record (grad mode on, a tensor requires grad).");
   module.def("_clear_scalar_cache", &clear_scalar_cache,
              "Drop the cached 0-d tensors of Python numbers (they hold allocator blocks).");
   module.def("_kernel_cache_size", [] { return kernel_cache().size(); });

@@ -122,9 +122,10 @@ def _run(op: str, inputs: tuple, outputs: tuple, attrs: dict) -> None:
     if function is None or not fallback_enabled():
         why = ("and oar has no host reference for it" if function is None
                else "and the host fallback is off (OAR_FALLBACK=0)")
-        raise OpNotSupportedError(
-            f"op '{op}' has no kernel on {device} for {_signature(op, inputs, outputs)} {why}",
-            op=op, device=device, dtypes=dtypes)
+        message = f"op '{op}' has no kernel on {device} for {_signature(op, inputs, outputs)} {why}"
+        # the traceback keeps this frame: it must not keep the device tensors (allocator stats)
+        del inputs, outputs, sample
+        raise OpNotSupportedError(message, op=op, device=device, dtypes=dtypes)
     with _lock:
         _counts[op] = _counts.get(op, 0) + 1
         first = op not in _warned
@@ -132,14 +133,18 @@ def _run(op: str, inputs: tuple, outputs: tuple, attrs: dict) -> None:
     if first:
         warnings.warn(f"op '{op}' has no kernel on {device} for {_signature(op, inputs, outputs)}: it runs on the "
                       f"host (numpy), which is slow; oar.fallback_stats() counts these, OAR_FALLBACK=0 makes them "
-                      f"errors", FallbackWarning, stacklevel=3)
-    host = [_host_input(t) for t in inputs]
-    with np.errstate(all="ignore"):
-        if not inputs and outputs:  # creation ops: the shape and dtype of the output
-            results = function(tuple(outputs[0].shape), _numpy_dtype(outputs[0]), **attrs)
-        else:
-            results = function(*host, **attrs)
-    if not isinstance(results, tuple):
-        results = (results,)
-    for out, result in zip(outputs, results):
-        write(out, result)
+                      f"errors", FallbackWarning, stacklevel=2)
+    try:
+        host = [_host_input(t) for t in inputs]
+        with np.errstate(all="ignore"):
+            if not inputs and outputs:  # creation ops: the shape and dtype of the output
+                results = function(tuple(outputs[0].shape), _numpy_dtype(outputs[0]), **attrs)
+            else:
+                results = function(*host, **attrs)
+        if not isinstance(results, tuple):
+            results = (results,)
+        for out, result in zip(outputs, results):
+            write(out, result)
+    except BaseException:
+        del inputs, outputs, sample  # as above: the traceback must not keep device memory
+        raise

@@ -286,22 +286,27 @@ class Tensor(_C.TensorBase):
         return self
 
     def add_(self, other: Any, alpha: Any = 1) -> "Tensor":
+        _C._check_inplace(self, other, "add_")
         _C._copy_into(self, self + (other if alpha == 1 else other * alpha))
         return self
 
     def sub_(self, other: Any, alpha: Any = 1) -> "Tensor":
+        _C._check_inplace(self, other, "sub_")
         _C._copy_into(self, self - (other if alpha == 1 else other * alpha))
         return self
 
     def mul_(self, other: Any) -> "Tensor":
+        _C._check_inplace(self, other, "mul_")
         _C._copy_into(self, self * other)
         return self
 
     def div_(self, other: Any) -> "Tensor":
+        _C._check_inplace(self, other, "div_")
         _C._copy_into(self, self / other)
         return self
 
     def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":  # noqa: A002
+        _C._check_inplace(self, None, "clamp_")
         _C._copy_into(self, self.clamp(min=-math.inf if min is None else min, max=math.inf if max is None else max))
         return self
 
