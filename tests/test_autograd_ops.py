@@ -120,6 +120,9 @@ CASES = [
     ("gather", "gather", [("x", rnd(88, 3, 4), True), ("indices", idx([[0, 3], [1, 1], [2, 0]]), False)], {"dim": 1}),
     ("scatter_add", "scatter_add", [("x", rnd(89, 3, 4), True), ("indices", idx([[0, 3], [1, 1], [2, 0]]), False),
                                     ("source", rnd(90, 3, 2), True)], {"dim": 1}),
+    # distinct indices per row: with duplicates "last write wins" has no derivative
+    ("scatter", "scatter", [("x", rnd(94, 3, 4), True), ("indices", idx([[0, 3], [1, 2], [2, 0]]), False),
+                            ("source", rnd(95, 3, 2), True)], {"dim": 1}),
     ("index_select", "index_select", [("x", rnd(91, 4, 3), True), ("indices", idx([3, 0, 3]), False)], {"dim": 0}),
     ("index_add", "index_add", [("x", rnd(92, 3, 4), True), ("source", rnd(93, 3, 2), True),
                                 ("indices", idx([3, 3]), False)], {"dim": 1}),
