@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,56 @@ def run_json(tmp_path: Path, *args: str, name: str = "results.json", **kwargs) -
 
 def by_id(document: dict) -> dict[str, dict]:
     return {test["id"]: test for test in document["tests"]}
+
+
+# ---- a small JSON Schema (draft 2020-12 subset) checker: the keywords results.schema.json uses ----
+
+def validate(instance, schema, root=None, where="$"):
+    root = root or schema
+    if "$ref" in schema:
+        target = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        return validate(instance, target, root, where)
+    if "oneOf" in schema:
+        matches = 0
+        for option in schema["oneOf"]:
+            try:
+                validate(instance, option, root, where)
+                matches += 1
+            except AssertionError:
+                pass
+        assert matches == 1, f"{where}: matches {matches} of oneOf"
+    types = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None),
+             "integer": int, "number": (int, float)}
+    if "type" in schema:
+        wanted = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        ok = any(isinstance(instance, types[t]) and not (t in ("integer", "number") and isinstance(instance, bool))
+                 for t in wanted)
+        assert ok, f"{where}: {type(instance).__name__} is not {wanted}"
+    if "const" in schema:
+        assert instance == schema["const"], f"{where}: {instance!r} != {schema['const']!r}"
+    if "enum" in schema:
+        assert instance in schema["enum"], f"{where}: {instance!r} not in {schema['enum']}"
+    if "pattern" in schema and isinstance(instance, str):
+        assert re.search(schema["pattern"], instance), f"{where}: {instance!r} !~ {schema['pattern']}"
+    if "minimum" in schema and isinstance(instance, (int, float)):
+        assert instance >= schema["minimum"], f"{where}: {instance} < {schema['minimum']}"
+    if "exclusiveMinimum" in schema and isinstance(instance, (int, float)):
+        assert instance > schema["exclusiveMinimum"], where
+    if isinstance(instance, dict):
+        for key in schema.get("required", []):
+            assert key in instance, f"{where}: missing {key!r}"
+        properties = schema.get("properties", {})
+        for key, value in instance.items():
+            if key in properties:
+                validate(value, properties[key], root, f"{where}.{key}")
+            elif isinstance(schema.get("additionalProperties"), dict):
+                validate(value, schema["additionalProperties"], root, f"{where}.{key}")
+    if isinstance(instance, list) and "items" in schema:
+        for index, item in enumerate(instance):
+            validate(item, schema["items"], root, f"{where}[{index}]")
+
+
+def results_schema() -> dict:
+    return json.loads((resources.files("oar_conformance") / "results.schema.json").read_text())

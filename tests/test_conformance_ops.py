@@ -4,11 +4,9 @@ reports the op as run by the host fallback; the report's op x dtype matrix."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from conformance_helpers import build_plugin, by_id, conformance, run_json
+from conformance_helpers import build_plugin, by_id, conformance, results_schema, run_json, validate
 
 
 def test_every_op_of_ops_yaml_has_a_test_per_listed_dtype():
@@ -58,4 +56,5 @@ def test_the_report_has_the_op_by_dtype_matrix(quirky_run):
     rows = {row["op"]: row["cells"] for row in matrix["rows"]}
     assert rows["exp"] == {"float32": "fail", "float64": "fail"}
     assert rows["sum"]["bool"] == "fallback"
+    validate(document, results_schema())
     assert 'id="ops-matrix"' in html and 'class="cell-fallback"' in html and 'class="cell-fail"' in html

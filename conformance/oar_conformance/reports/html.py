@@ -29,6 +29,7 @@ def curve_points(steps: list, values: list, x_range: tuple, y_range: tuple) -> s
             continue
         x = SVG_PAD + (step - x0) / ((x1 - x0) or 1) * width
         y = SVG_PAD + height - (value - y0) / ((y1 - y0) or 1) * height
+        y = min(max(y, SVG_PAD), SVG_PAD + height)  # a curve far off the golden one runs along the edge
         points.append(f"{x:.1f},{y:.1f}")
     return " ".join(points)
 
@@ -38,13 +39,19 @@ def _plots(curves: list[dict]) -> list[dict]:
     for curve in curves:
         steps = [s for s in curve.get("steps", [])]
         series = {"loss": curve.get("loss", []), "golden": curve.get("golden", [])}
-        finite = [v for values in series.values() for v in values
-                  if isinstance(v, (int, float)) and v == v and abs(v) != float("inf")]
-        if not steps or not finite:
+        def finite(values):
+            return [v for v in values if isinstance(v, (int, float)) and v == v and abs(v) != float("inf")]
+
+        golden, loss = finite(series["golden"]), finite(series["loss"])
+        if not steps or not (golden or loss):
             plots.append({**curve, "svg": None})
             continue
         x_range = (min(steps), max(steps))
-        low, high = min(finite), max(finite)
+        # the scale follows the golden curve; device losses within one golden span of it widen it
+        base = golden or loss
+        span = (max(base) - min(base)) or abs(max(base)) or 1.0
+        near = [v for v in loss if min(base) - span <= v <= max(base) + span]
+        low, high = min(base + near), max(base + near)
         margin = (high - low) * 0.05 or abs(high) * 0.05 or 1.0
         y_range = (low - margin, high + margin)
         plots.append({**curve, "svg": {
