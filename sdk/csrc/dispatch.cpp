@@ -1858,10 +1858,21 @@ py::object register_op(py::dict spec) {
 
 bool operand_ok(PyObject* value) { return is_tensor(value) || scalar_category(value) >= 0; }
 
+// The operators pass string literals: cache their schemas by the literal's address.
+const OpSchema& lookup_cached(const char* name) {
+  static std::unordered_map<const char*, const OpSchema*>* cache =
+      new std::unordered_map<const char*, const OpSchema*>();  // leaked: process lifetime
+  auto found = cache->find(name);
+  if (found != cache->end()) return *found->second;
+  const OpSchema& op = find_op(name);
+  cache->emplace(name, &op);
+  return op;
+}
+
 PyObject* binary(const char* name, PyObject* a, PyObject* b) {
   if (!operand_ok(a) || !operand_ok(b)) Py_RETURN_NOTIMPLEMENTED;
   OAR_TRY
-  const OpSchema& op = find_op(name);
+  const OpSchema& op = lookup_cached(name);
   PyObject* inputs[2] = {a, b};
   Attrs attrs;
   attrs.use_defaults(op);
@@ -1871,7 +1882,7 @@ PyObject* binary(const char* name, PyObject* a, PyObject* b) {
 
 PyObject* unary(const char* name, PyObject* a) {
   OAR_TRY
-  const OpSchema& op = find_op(name);
+  const OpSchema& op = lookup_cached(name);
   Attrs attrs;
   attrs.use_defaults(op);
   return run(op, &a, 1, attrs);

@@ -841,6 +841,13 @@ void register_tensor(py::module_& module) {
              py::arg("offset"), "A view with explicit shape/strides/offset (checked against the storage).");
   module.def("_from_dlpack_capsule", &from_dlpack_capsule, py::arg("capsule"), py::arg("plugin"),
              py::arg("device"), "Copy a host (kDLCPU) DLPack capsule into a new tensor on the device.");
+  module.def("_record_stream", [](py::handle tensor, Stream& stream) {
+    TensorImpl& impl = tensor_arg(tensor, "tensor");
+    if (!impl.storage->block || impl.storage->nbytes == 0) return;
+    if (!impl.device()->allocator) throw py::value_error("record_stream: the tensor has no allocator");
+    impl.device()->allocator->record_stream(impl.storage->block.get(), stream);
+  }, py::arg("tensor"), py::arg("stream"),
+     "The tensor's memory is used by work on stream too: the allocator will not reuse it before that work ends.");
   module.def("_device_name", [](py::handle tensor) { return tensor_arg(tensor, "tensor").device()->name; });
   module.def("_plugin_of", [](py::handle tensor) { return plugin_of(tensor_arg(tensor, "tensor").device()); });
 }

@@ -264,6 +264,11 @@ class Tensor(_C.TensorBase):
 
         autograd.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph)
 
+    def record_stream(self, stream: Any) -> None:
+        """Tell the caching allocator that work on ``stream`` (not the stream the memory was
+        allocated on) uses this tensor: its memory is not reused before that work ends."""
+        _C._record_stream(self, stream._c)
+
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
         self.requires_grad = requires_grad
         return self
@@ -431,10 +436,9 @@ def to_tensor(data: Any, dtype: Any = None, device: DeviceLike = None, requires_
     arrays keep their dtype (unless ``dtype`` is given)."""
     target = None if dtype is None else dtype_of(dtype)
     if isinstance(data, Tensor):
-        out = data.to(device if device is not None else data.device, dtype=target, copy=True).detach()
-        if out is data or out._shares_storage(data):
-            out = _ops.copy(out).detach()
-        out.requires_grad = requires_grad
+        out = data.detach().to(device if device is not None else data.device, dtype=target, copy=True)
+        if requires_grad:
+            out.requires_grad = True
         return out
     plugin, dev = resolve(device)
     array = _host_array(data, target)
