@@ -447,6 +447,28 @@ static void test_unary_math(void) {
     if (error > worst) worst = error;
   }
   CHECK_MSG(worst < 2.5e-7, "float32 exp: worst relative error %.3g (over 2 ulp)", worst);
+  /* tanh and gelu (erf form) in float32 are vectorized approximations too. */
+  for (int64_t i = 0; i < n; i++) put(x, i, -12.0 + 24.0 * (double)i / (double)(n - 1));
+  upload(x);
+  EXPECT_OK(run_op("tanh", (tensor*[]){x}, 1, out, NULL, 0));
+  download(out);
+  worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double want = tanh(at(x, i)), error = fabs(at(out, i) - want) / fmax(fabs(want), 1e-30);
+    if (error > worst) worst = error;
+  }
+  CHECK_MSG(worst < 6e-7, "float32 tanh: worst relative error %.3g", worst);
+  EXPECT_OK(run_op("gelu", (tensor*[]){x}, 1, out, NULL, 0));
+  download(out);
+  worst = 0;
+  double worst_tail = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double v = at(x, i), want = 0.5 * v * erfc(-v / sqrt(2.0)), error = fabs(at(out, i) - want);
+    if (fabs(want) > 1e-4) worst = fmax(worst, error / fabs(want));
+    else worst_tail = fmax(worst_tail, error);
+  }
+  CHECK_MSG(worst < 2e-6 && worst_tail < 1e-9, "float32 gelu: worst relative error %.3g, tail absolute %.3g", worst,
+            worst_tail);
   release(x);
   release(out);
 }

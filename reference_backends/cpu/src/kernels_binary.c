@@ -154,7 +154,8 @@ RUN_BINARY(logical_or, true)
 
 /* ---- gelu_backward(grad, x) ------------------------------------------------------------ */
 
-/* d gelu / dx. erf form: Phi(x) + x phi(x). tanh form with s = sigmoid(2u),
+/* d gelu / dx. erf form: Phi(x) + x phi(x), with libm's erfc: the sum
+   cancels near x = -0.75, so Phi needs every bit (not refcpu_erfcf). tanh form with s = sigmoid(2u),
    u = k (x + c x^3): 0.5 (1 + tanh u) = s and 1 - tanh^2 u = 4 s (1 - s), so
    d/dx = s + 2 x s (1 - s) k (1 + 3 c x^2), without cancellation. */
 #define GELU_DX_ERF(T, x) \

@@ -108,7 +108,8 @@ RUN_UNARY(erf, false)
 /* gelu: x * Phi(x) with erf, or the tanh form 0.5 x (1 + tanh(u)) written as
    x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), which has no cancellation. */
 /* x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation for negative x. */
-FLOAT_UNARY(gelu_erf, NOTHING, (T)0.5 * x * erfc(x * (T)-0.70710678118654752440))
+#define ERFC_T(x) _Generic((x), float: refcpu_erfcf, default: erfc)(x)
+FLOAT_UNARY(gelu_erf, NOTHING, (T)0.5 * x * ERFC_T(x * (T)-0.70710678118654752440))
 FLOAT_UNARY(gelu_tanh, NOTHING,
             x / ((T)1 + EXP_T((T)-1.5957691216057307 * (x + (T)0.044715 * x * x * x))))
 
