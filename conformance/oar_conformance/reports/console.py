@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import Counter
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
@@ -48,7 +47,8 @@ class ProgressDisplay(Observer):
             self.counts[level] = Counter()
             self.running[level] = set()
             self.tasks[level] = self.progress.add_task(level, total=total, level=level, passed=0, failed=0,
-                                                       skipped=0, current="")
+                                                       skipped=0, current="", start=False)
+        self.begun: set[str] = set()
 
     def __enter__(self) -> "ProgressDisplay":
         self.progress.__enter__()
@@ -65,6 +65,9 @@ class ProgressDisplay(Observer):
                              current=running[0] if running else "")
 
     def started(self, test: TestCase) -> None:
+        if test.level not in self.begun:  # a level's clock starts with its first test
+            self.begun.add(test.level)
+            self.progress.start_task(self.tasks[test.level])
         self.running[test.level].add(test.id)
         self._refresh(test.level)
 
@@ -101,16 +104,21 @@ def print_environment(console: Console, plugin: dict, options: dict) -> None:
 def print_summary(console: Console, document: dict) -> None:
     table = Table(title="Conformance summary", title_justify="left")
     for column, style in (("level", "bold"), ("tests", None), ("pass", "green"), ("fail", "red"), ("error", "magenta"),
-                          ("skip", "yellow"), ("fallback", "cyan"), ("time s", None), ("note", "dim")):
-        table.add_column(column, style=style, justify="left" if column in ("level", "note") else "right")
+                          ("skip", "yellow"), ("fallback", "cyan"), ("time s", None)):
+        table.add_column(column, style=style, justify="left" if column == "level" else "right")
     for level in document["levels"]:
         counts = level["counts"]
         table.add_row(level["name"], str(level["selected"]), str(counts[PASS]), str(counts[FAIL]), str(counts[ERROR]),
-                      str(counts[SKIP]), str(counts[FALLBACK]), f"{level['duration_s']:.1f}", escape(level["note"] or ""))
+                      str(counts[SKIP]), str(counts[FALLBACK]), f"{level['duration_s']:.1f}")
     totals = document["summary"]["counts"]
     table.add_row("total", str(document["summary"]["total"]), str(totals[PASS]), str(totals[FAIL]), str(totals[ERROR]),
-                  str(totals[SKIP]), str(totals[FALLBACK]), f"{document['run']['duration_s']:.1f}", "", style="bold")
+                  str(totals[SKIP]), str(totals[FALLBACK]), f"{document['run']['duration_s']:.1f}", style="bold")
     console.print(table)
+    console.print(Text("time s: the sum of the level's test times (tests run in parallel); total: wall clock",
+                       style="dim"))
+    for level in document["levels"]:
+        if level["note"]:
+            console.print(Text.assemble((f"{level['name']}: ", "bold"), (level["note"], "dim")))
 
     comparison = document.get("comparison")
     problems = [t for t in document["tests"] if t["status"] in (FAIL, ERROR)]
