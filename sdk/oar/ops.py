@@ -127,8 +127,7 @@ def _doc(s: dict) -> str:
 
 def _creation_function(name: str):
     def op(shape, *, dtype=None, device=None, **attrs):
-        from oar.devices import resolve
-        from oar.tensor import _shape_tuple
+        from oar.tensor import _shape_tuple, resolve
 
         plugin, dev = resolve(device)
         return _C._create(name, list(_shape_tuple(shape)), "float32" if dtype is None else dtype,

@@ -23,8 +23,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from oar import _C, ops as _ops
+from oar import devices as _devices
 from oar import random as _random
-from oar.devices import DeviceLike, resolve
+from oar.devices import DeviceLike
 from oar.errors import DTypeError
 
 __all__ = [
@@ -91,6 +92,26 @@ def is_floating_point(value: Any) -> bool:
 
 def is_tensor(value: Any) -> bool:
     return isinstance(value, _C.TensorBase)
+
+
+_resolved: dict[Any, tuple[Any, Any]] = {}
+
+
+def resolve(device: DeviceLike) -> tuple[Any, Any]:
+    """oar.devices.resolve, cached per device spec (the factories' hot path): (plugin, device)."""
+    if device is None:
+        device = getattr(_devices._thread_state, "device", None)  # set_device / `with stream:`
+        # else the default device (the first loaded plugin's): cached under None
+    try:
+        hit = _resolved.get(device)
+    except TypeError:  # unhashable: let resolve explain
+        return _devices.resolve(device)
+    if hit is None or hit[0].finalized:
+        hit = _devices.resolve(device)
+        if len(_resolved) > 64:
+            _resolved.clear()
+        _resolved[device] = hit
+    return hit
 
 
 def _shape_tuple(shape: Any) -> tuple[int, ...]:
