@@ -52,6 +52,17 @@ def test_unary_power_abs_and_comparisons():
     assert hash(a) == hash(a) and len({a, oar.tensor(A)}) == 2
 
 
+def test_bool_operators_are_logical_ops():
+    a = oar.tensor([True, True, False])
+    b = oar.tensor([True, False, False])
+    assert (a & b).tolist() == [True, False, False] and (a | b).tolist() == [True, True, False]
+    assert (~a).tolist() == [False, False, True] and (a & True).tolist() == [True, True, False]
+    with pytest.raises(TypeError):
+        oar.ones(2) & oar.ones(2)
+    with pytest.raises(TypeError, match="logical_not"):
+        ~oar.ones(2, dtype=oar.int32)
+
+
 def test_matmul_shapes():
     a = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     b = RNG.standard_normal((4, 5)).astype(np.float32)

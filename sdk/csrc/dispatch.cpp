@@ -1925,6 +1925,32 @@ PyObject* nb_power(PyObject* a, PyObject* b, PyObject* mod) {
   return binary("pow", a, b);
 }
 PyObject* nb_negative(PyObject* a) { return unary("neg", a); }
+// &, | and ~ of bool tensors are logical_and, logical_or and logical_not (ops.yaml has no bitwise ops).
+bool bool_operands(PyObject* a, PyObject* b) {
+  for (PyObject* value : {a, b}) {
+    if (is_tensor(value) ? impl_of(value).dtype != ScalarType::Bool
+                         : scalar_category(value) != static_cast<int>(Category::Bool)) {
+      return false;
+    }
+  }
+  return true;
+}
+PyObject* nb_and(PyObject* a, PyObject* b) {
+  if (!bool_operands(a, b)) Py_RETURN_NOTIMPLEMENTED;
+  return binary("logical_and", a, b);
+}
+PyObject* nb_or(PyObject* a, PyObject* b) {
+  if (!bool_operands(a, b)) Py_RETURN_NOTIMPLEMENTED;
+  return binary("logical_or", a, b);
+}
+PyObject* nb_invert(PyObject* a) {
+  if (impl_of(a).dtype != ScalarType::Bool) {
+    PyErr_Format(PyExc_TypeError, "~ is logical_not of bool tensors (ops.yaml has no bitwise not), not of %s",
+                 scalar_info(impl_of(a).dtype).name);
+    return nullptr;
+  }
+  return unary("logical_not", a);
+}
 PyObject* nb_absolute(PyObject* a) { return unary("abs", a); }
 PyObject* nb_positive(PyObject* a) {
   Py_INCREF(a);
@@ -2047,6 +2073,9 @@ PyNumberMethods tensor_number_methods = [] {
   methods.nb_negative = nb_negative;
   methods.nb_positive = nb_positive;
   methods.nb_absolute = nb_absolute;
+  methods.nb_and = nb_and;
+  methods.nb_or = nb_or;
+  methods.nb_invert = nb_invert;
   methods.nb_bool = nb_bool;
   methods.nb_float = nb_float;
   methods.nb_int = nb_int;
