@@ -1,0 +1,24 @@
+"""Example models and the data they train on (shipped in ``oar/models/data/``).
+
+    from oar.models import MLP, CNN, Llama, LlamaConfig
+    from oar.models import data
+
+The submodules load on first use (``data`` needs numpy only).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["CNN", "MLP", "Llama", "LlamaConfig", "data"]
+
+_WHERE = {"CNN": "cnn", "MLP": "mlp", "Llama": "llama", "LlamaConfig": "llama"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    if name == "data":
+        return importlib.import_module(f"{__name__}.data")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
