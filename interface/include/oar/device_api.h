@@ -737,79 +737,246 @@ typedef struct oar_device_table {
                        const oar_kernel_arg* args, size_t num_args);
 
   /* ---- Collectives (NCCL-shaped) ----------------------------------------
-   * All collective data calls are asynchronous and stream-ordered: they
-   * run after earlier work on stream, and later work waits for them. Buffers
-   * are device pointers of the communicator's device. dtype is one of
-   * float32, float16, bfloat16, int32, int64. A peer that dies or never
-   * arrives yields OAR_ERROR_TIMEOUT or OAR_ERROR_DEVICE_LOST (message names
-   * the rank) at the next synchronization, within the communicator's timeout,
-   * and never a hang. The whole group is OPTIONAL (fallback: host-staged
-   * collectives through the framework); a plugin provides all of it or none.
+   * Requirement: the whole group, get_unique_id .. group_end, is OPTIONAL
+   * (fallback: the framework runs collectives host-staged through its own
+   * backend, e.g. torch.distributed's gloo); a plugin provides all of it or
+   * none, and the host ignores a partial group.
+   *
+   * Model. Bootstrap belongs to the host, communicators to the plugin. One
+   * process calls get_unique_id and ships the id's bytes to every rank (the
+   * host uses a key-value store); each rank calls comm_init_rank with it.
+   * A communicator is bound to one device: its buffers are device pointers
+   * of that device and its work runs on streams of that device.
+   *
+   * Data calls (all_reduce .. recv) are asynchronous and stream-ordered:
+   * the call checks its arguments and enqueues the work; the work runs after
+   * earlier work on stream, later work on stream waits for it, and events and
+   * stream_wait_event order it with other streams, exactly as kernels and
+   * copies. The call itself never waits for a peer.
+   *
+   * Order. Every rank calls the collectives of one communicator in the same
+   * order, with the same count, dtype, op and root. The work of one
+   * communicator is serialized: enqueue it on one stream, or order streams
+   * with events (a group excepted, see group_start). A plugin may detect a
+   * mismatch between ranks and fail the work with OAR_ERROR_INVALID_ARGUMENT.
+   *
+   * Buffers and counts. Counts are in elements of dtype. A call with count 0
+   * succeeds at once and moves no data (its pointers may be NULL); every rank
+   * must then pass 0. Otherwise each buffer must lie inside one live
+   * allocation of the communicator's device, like a memcpy range.
+   *
+   * dtypes. float32, float16, bfloat16, int32 and int64 ({OAR_DL_FLOAT, 32},
+   * {OAR_DL_FLOAT, 16}, {OAR_DL_BFLOAT, 16}, {OAR_DL_INT, 32}, {OAR_DL_INT,
+   * 64}, lanes 1) must be supported; a plugin may support more; any other
+   * dtype is OAR_ERROR_NOT_SUPPORTED at the call (the host then falls back).
+   *
+   * Reductions (op, an OAR_REDUCE_*): SUM, PROD, MAX, MIN, and AVG = SUM
+   * divided by nranks (integers: truncated toward zero). Integer SUM/PROD
+   * wrap modulo 2^bits. MAX/MIN propagate NaN. float16/bfloat16 may
+   * accumulate in a wider type and round once. Results are deterministic:
+   * every rank of all_reduce receives the same bits, and the same inputs on
+   * the same nranks give the same bits on every run. A result that is exact
+   * in any order (integers, or floats whose partial sums are representable)
+   * is bit-exact; otherwise the reduction order is the plugin's.
+   *
+   * In place (as NCCL): all_reduce, broadcast and reduce with send == recv;
+   * all_gather with send == recv + rank * send_count elements; reduce_scatter
+   * with recv == send + rank * recv_count elements. Any other overlap of send
+   * and recv gives undefined contents.
+   *
+   * Errors at the call: OAR_ERROR_INVALID_HANDLE for a communicator or stream
+   * that is not live, or a buffer outside every live allocation of the
+   * communicator's device; OAR_ERROR_INVALID_ARGUMENT for a NULL buffer with
+   * count > 0, an op, root or peer out of range, or a stream of another
+   * device; OAR_ERROR_NOT_SUPPORTED for a dtype.
+   *
+   * Errors of the work (sticky on the stream, like any failed work: returned
+   * by the next stream_synchronize, event_synchronize of a later record, or
+   * device_synchronize; the message names the collective and the rank):
+   * OAR_ERROR_TIMEOUT when a peer made no progress for the communicator's
+   * timeout (the timeout_ms of comm_init_rank); OAR_ERROR_DEVICE_LOST when a
+   * peer died, destroyed its communicator or failed itself;
+   * OAR_ERROR_INVALID_ARGUMENT for a mismatch the plugin detected. Every wait
+   * for a peer ends within the timeout (plus the plugin's detection delay,
+   * which it documents), never hangs, and sleeps rather than spins.
+   * A failure breaks the communicator on this rank, and its peers learn of it
+   * within their timeout: later work on it fails with the same status (the
+   * data call may return it at once), and only comm_destroy remains useful.
    */
 
-  /* get_unique_id: create the id rank 0 shares with every rank.
-   * Blocking: synchronous
+  /* get_unique_id: write a new id for one communicator to *id: 128 bytes
+   * the host treats as opaque and copies unchanged to every rank, on this
+   * machine or another. It holds what a rank needs to join (for example rank
+   * 0's network address and port) and a nonce unique to this communicator,
+   * so ranks of different communicators never meet. Use each id for one
+   * communicator. The id stays valid while the plugin stays initialized in
+   * the process that made it; the plugin may hold resources for it (a
+   * listening socket) until rank 0 joins with it, or until finalize. Where
+   * the id names a network address, the plugin documents how it picks it.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: synchronous; does not wait for any peer
+   * Threads: any thread
    * Status: OAR_SUCCESS; OAR_ERROR_INVALID_ARGUMENT if id is NULL;
-   *   OAR_ERROR_INTERNAL (e.g. no network interface).
+   *   OAR_ERROR_INTERNAL (e.g. no usable network interface; the message
+   *   says which).
    */
   oar_status (*get_unique_id)(oar_unique_id* id);
 
-  /* comm_init_rank: join communicator id as rank of nranks on device;
-   * returns once all ranks have joined, or after timeout_ms.
-   * Blocking: synchronous, collective over all ranks
-   * Status: OAR_SUCCESS; OAR_ERROR_INVALID_ARGUMENT for rank or nranks out
-   *   of range; OAR_ERROR_TIMEOUT; OAR_ERROR_DEVICE_LOST.
+  /* comm_init_rank: join the communicator of id as rank (0 <= rank <
+   * nranks) of nranks ranks, on device, and write its handle to *comm.
+   * Collective over all ranks: it returns OAR_SUCCESS on a rank only once all
+   * nranks ranks have called it with the same id and nranks, so that data
+   * calls may follow at once on every rank. It waits at most timeout_ms
+   * (> 0), then fails with OAR_ERROR_TIMEOUT naming the ranks that did not
+   * join (or rank 0's address, if it could not be reached); *comm is
+   * untouched on failure. timeout_ms is also the communicator's timeout: the
+   * longest any later work of it waits for a peer that makes no progress.
+   * nranks == 1 is a valid communicator of one rank (data calls copy and
+   * reduce locally). Not deferred by group_start; several ranks in one
+   * process join from one thread each.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: synchronous, collective over all ranks, bounded by timeout_ms
+   * Threads: any thread; one call per rank
+   * Status: OAR_SUCCESS; OAR_ERROR_INVALID_ARGUMENT if id or comm is NULL,
+   *   device is out of range, nranks < 1, rank is outside [0, nranks),
+   *   timeout_ms <= 0, the id was not made by this plugin, or the ranks
+   *   disagree (two ranks claim one rank, different nranks; the message
+   *   names them); OAR_ERROR_TIMEOUT; OAR_ERROR_DEVICE_LOST if a rank failed
+   *   or went away during set-up; OAR_ERROR_OUT_OF_MEMORY;
+   *   OAR_ERROR_INTERNAL (sockets, shared memory: the message says which).
    */
   oar_status (*comm_init_rank)(int32_t device, int32_t nranks,
                                const oar_unique_id* id, int32_t rank,
                                int64_t timeout_ms, oar_comm* comm);
 
-  /* comm_destroy: release a communicator after its pending work. */
+  /* comm_destroy: wait for the work already enqueued on comm (each piece
+   * ends within the timeout), then release it; the handle is dead on return.
+   * Not collective: ranks destroy independently, and a peer still waiting
+   * for this rank gets OAR_ERROR_DEVICE_LOST. Destroying a broken
+   * communicator is how a rank recovers from a failure.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: synchronous
+   * Threads: any thread, with no other call on comm in flight
+   * Status: OAR_SUCCESS; OAR_ERROR_INVALID_HANDLE if comm is not live
+   *   (destroyed twice, or not from this plugin).
+   */
   oar_status (*comm_destroy)(oar_comm comm);
 
-  /* all_reduce: recv = op over ranks of send, count elements. In place if
-   * send == recv. */
+  /* all_reduce: recv[i] = op over all ranks of send[i], for i < count, on
+   * every rank. In place if send == recv.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: asynchronous (stream-ordered)
+   * Status: the errors at the call, above; OAR_ERROR_INVALID_ARGUMENT for
+   *   an op outside OAR_REDUCE_*.
+   */
   oar_status (*all_reduce)(const void* send, void* recv, size_t count,
                            oar_dl_data_type dtype, int32_t op, oar_comm comm,
                            oar_stream stream);
 
-  /* broadcast: recv on every rank = send of root (send read on root only). */
+  /* broadcast: recv (count elements) on every rank = send of rank root.
+   * send is read on root only (may be NULL elsewhere); root's recv receives
+   * a copy too. In place if send == recv on root.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: asynchronous (stream-ordered)
+   * Status: the errors at the call, above; OAR_ERROR_INVALID_ARGUMENT for
+   *   root outside [0, nranks).
+   */
   oar_status (*broadcast)(const void* send, void* recv, size_t count,
                           oar_dl_data_type dtype, int32_t root, oar_comm comm,
                           oar_stream stream);
 
-  /* reduce: recv on root = op over ranks of send. */
+  /* reduce: recv (count elements) on rank root = op over all ranks of send.
+   * recv is written on root only (may be NULL elsewhere). In place if send
+   * == recv on root.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: asynchronous (stream-ordered)
+   * Status: the errors at the call, above; OAR_ERROR_INVALID_ARGUMENT for
+   *   an op outside OAR_REDUCE_* or root outside [0, nranks).
+   */
   oar_status (*reduce)(const void* send, void* recv, size_t count,
                        oar_dl_data_type dtype, int32_t op, int32_t root,
                        oar_comm comm, oar_stream stream);
 
-  /* all_gather: recv (nranks * send_count) = send of each rank by rank. */
+  /* all_gather: recv (nranks * send_count elements) = the send buffers of
+   * ranks 0, 1, ..., nranks - 1 one after the other, on every rank. In place
+   * if send == recv + rank * send_count elements.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: asynchronous (stream-ordered)
+   * Status: the errors at the call, above.
+   */
   oar_status (*all_gather)(const void* send, void* recv, size_t send_count,
                            oar_dl_data_type dtype, oar_comm comm,
                            oar_stream stream);
 
-  /* reduce_scatter: recv (recv_count) = block rank of op over ranks of send
-   * (nranks * recv_count). */
+  /* reduce_scatter: send holds nranks blocks of recv_count elements; recv
+   * (recv_count elements) on rank r = op over all ranks of their block r.
+   * In place if recv == send + rank * recv_count elements.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: asynchronous (stream-ordered)
+   * Status: the errors at the call, above; OAR_ERROR_INVALID_ARGUMENT for
+   *   an op outside OAR_REDUCE_*.
+   */
   oar_status (*reduce_scatter)(const void* send, void* recv, size_t recv_count,
                                oar_dl_data_type dtype, int32_t op,
                                oar_comm comm, oar_stream stream);
 
-  /* all_to_all: block j of send (count elements) goes to rank j, into block
-   * i of its recv, where i is the sender. */
+  /* all_to_all: send and recv hold nranks blocks of count elements each;
+   * block j of send goes to rank j, into its recv block i, where i is the
+   * sender's rank (block i of one's own send lands in one's own recv block
+   * i). send and recv must not overlap.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: asynchronous (stream-ordered)
+   * Status: the errors at the call, above.
+   */
   oar_status (*all_to_all)(const void* send, void* recv, size_t count,
                            oar_dl_data_type dtype, oar_comm comm,
                            oar_stream stream);
 
-  /* send: send count elements to rank peer (matched by its recv). */
+  /* send: send count elements of buf to rank peer, matched by its recv.
+   * Between two ranks, the k-th send from a to b is received by the k-th
+   * recv posted on b for peer a; count and dtype must match (a plugin may
+   * detect a mismatch: OAR_ERROR_INVALID_ARGUMENT on the receiver). The work
+   * completes once buf may be reused, which may be before the peer has the
+   * data, or only once it does: an exchange where both ranks send first
+   * needs a group (group_start / group_end) to be free of deadlock.
+   * peer == own rank is OAR_ERROR_INVALID_ARGUMENT (copy instead).
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: asynchronous (stream-ordered)
+   * Status: the errors at the call, above; OAR_ERROR_INVALID_ARGUMENT for
+   *   peer outside [0, nranks) or equal to the caller's rank.
+   */
   oar_status (*send)(const void* buf, size_t count, oar_dl_data_type dtype,
                      int32_t peer, oar_comm comm, oar_stream stream);
 
-  /* recv: receive count elements from rank peer. */
+  /* recv: receive count elements from rank peer into buf (see send for the
+   * matching rule); the work completes once buf holds them.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: asynchronous (stream-ordered)
+   * Status: as send.
+   */
   oar_status (*recv)(void* buf, size_t count, oar_dl_data_type dtype,
                      int32_t peer, oar_comm comm, oar_stream stream);
 
-  /* group_start / group_end: calls between them on the calling thread are
-   * issued together, so matching send/recv pairs cannot deadlock. */
+  /* group_start / group_end: bracket data calls made by the calling thread
+   * so they are issued together. group_start increments the thread's
+   * nesting depth; while it is above zero, each data call is checked at once
+   * (a failing call returns its error and is left out of the group) and
+   * deferred; the group_end that brings the depth back to zero issues all
+   * deferred calls and returns. The calls of a group progress together:
+   * matching send/recv between ranks in any order, or p2p calls mixed with
+   * collectives, cannot deadlock; no order among them is guaranteed, so none
+   * may consume another's result. A group may span several communicators
+   * and streams; the work on each stream comes after that stream's earlier
+   * work, and later work on any of those streams waits for it. comm_init_rank
+   * and comm_destroy are not deferred.
+   * Requirement: OPTIONAL (the collectives group)
+   * Blocking: synchronous (group_end enqueues; it never waits for a peer)
+   * Threads: the depth and the deferred calls belong to the calling thread
+   * Status: OAR_SUCCESS; group_end without a group_start:
+   *   OAR_ERROR_INVALID_ARGUMENT; OAR_ERROR_OUT_OF_MEMORY; a deferred call
+   *   that can no longer be enqueued (its stream or communicator was
+   *   destroyed meanwhile): its error, the rest of the group still issued.
+   */
   oar_status (*group_start)(void);
   oar_status (*group_end)(void);
 
