@@ -68,3 +68,17 @@ def test_the_reference_plugin_passes_the_same_tests(tmp_path):
                               r"event\.record\.completes_after_prior_work)$")
     assert done.returncode == 0, done.stdout
     assert [t["status"] for t in document["tests"]] == ["pass"] * 4
+
+
+def test_a_plugin_that_hangs_while_loading_costs_three_timeouts_not_one_per_test(tmp_path):
+    plugin = build_plugin("hang_init_plugin", tmp_path)
+    done, document = run_json(tmp_path, "--device", "npu", "--plugin", str(plugin), "--level", "abi",
+                              "--filter", r"^abi\.(device|memory)\.", "--jobs", "1", "--timeout", "2", timeout=120)
+    assert done.returncode == 1
+    statuses = [t["status"] for t in document["tests"]]
+    assert set(statuses) == {"fail"} and len(statuses) > 20
+    timed_out = [t for t in document["tests"] if t["message"].startswith("timeout")]
+    not_run = [t for t in document["tests"] if t["message"].startswith("not run")]
+    assert len(timed_out) == 3 and len(not_run) == len(statuses) - 3
+    assert all(t["details"]["not_run"] for t in not_run)
+    assert "seems to hang while loading" in done.stdout

@@ -48,11 +48,12 @@ def main() -> None:
     """Oar's conformance suite: is a device plugin ready?"""
 
 
-def _plugin_environment(device: str, plugin: str | None) -> dict:
+def _plugin_environment(device: str, plugin: str | None, timeout: float) -> dict:
     from oar_conformance.probe import run_probe
 
+    timeout = max(timeout, 10.0)  # a plugin that hangs while loading costs the probe what it costs a test
     if plugin is None:
-        found = run_probe("resolve", device)
+        found = run_probe("resolve", device, timeout=timeout)
         if "path" not in found:
             detail = found.get("error", "no plugin found")
             if found.get("loaded"):
@@ -63,7 +64,7 @@ def _plugin_environment(device: str, plugin: str | None) -> dict:
                 detail += "\n" + found["log_tail"]
             raise HarnessError(f"{detail} (name the library with --plugin PATH)")
         plugin = found["path"]
-    info = run_probe("describe", os.path.abspath(plugin))
+    info = run_probe("describe", os.path.abspath(plugin), timeout=timeout)
     if info.get("fatal"):
         raise HarnessError(info["error"])
     if "device_type" in info and info["device_type"] != device:
@@ -111,7 +112,7 @@ def run(device, plugin, level_text, quick, pattern, jobs, timeout, expected_path
             expected = expected_file.load(expected_path)
         except expected_file.ExpectedFileError as error:
             raise HarnessError(str(error)) from error
-    plugin_info = _plugin_environment(device, plugin)
+    plugin_info = _plugin_environment(device, plugin, timeout)
     options = {"device": device, "plugin": plugin_info["path"], "levels": level_names, "quick": quick,
                "filter": pattern, "jobs": jobs, "timeout_s": timeout, "expected": expected_path,
                "fault_ops": list(fault_ops)}

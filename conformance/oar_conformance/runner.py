@@ -7,8 +7,10 @@ signal, exits, or runs past ``timeout`` seconds on a test fails that test
 log: the plugin's prints and faulthandler's traceback), is replaced, and the
 run goes on. A worker whose test failed is replaced too, so a plugin left in
 a bad state never taints the next test; an isolated test gets a fresh worker
-of its own. Results come back in the order of the tests given, whatever order
-they finished in.
+of its own. If the first 3 tests of a kind of worker all time out before any
+finishes (a plugin that hangs while loading), the rest of that kind fail as
+"not run" at once rather than one timeout each. Results come back in the order
+of the tests given, whatever order they finished in.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = ["run_tests", "Observer", "LOG_TAIL_CHARS"]
 
 LOG_TAIL_CHARS = 3000
 QUIT_GRACE_S = 5.0
+HANG_LIMIT = 3
 
 
 class Observer:
@@ -177,10 +180,30 @@ def run_tests(tests: Iterable[TestCase], config: dict, *, jobs: int = 1, timeout
     own_log_dir = log_dir is None
     log_dir = log_dir or tempfile.mkdtemp(prefix="oar-conformance-")
 
+    completed_kinds: set[str] = set()  # kinds with a test that ended by itself (not killed)
+    timeouts: collections.Counter = collections.Counter()
+
     def record(test: TestCase, result: dict) -> None:
         result = {**result, "id": test.id, "level": test.level, "metadata": test.metadata()}
         results[test.id] = result
         observer.finished(result)
+
+    def timed_out(test: TestCase) -> None:
+        """A plugin that hangs while loading would cost --timeout per test: after HANG_LIMIT timeouts
+        of a kind before any of its tests ended by itself, the rest of that kind is not run."""
+        kind = kinds[test.level]
+        if kind in completed_kinds:
+            return
+        timeouts[kind] += 1
+        if timeouts[kind] < HANG_LIMIT:
+            return
+        message = (f"not run: the first {HANG_LIMIT} tests that loaded the plugin this way ({kind}) all timed "
+                   "out and none finished; the plugin seems to hang while loading (see their logs)")
+        for other in [t for t in pending if kinds[t.level] == kind]:
+            pending.remove(other)
+            observer.started(other)
+            record(other, {"status": FAIL, "message": message, "duration_s": 0.0, "details": {"not_run": True}})
+        observer.warning(message)
 
     def drop(index: int, *, kill: bool) -> None:
         worker = slots[index]
@@ -261,6 +284,7 @@ def run_tests(tests: Iterable[TestCase], config: dict, *, jobs: int = 1, timeout
                             result = {"status": ERROR, "message": f"the worker answered for {result.get('id')!r}",
                                       "details": {}}
                         record(test, result)
+                        completed_kinds.add(worker.kind)
                         if result["status"] in (FAIL, ERROR) or test.isolated:
                             drop(index, kill=False)
                             break
@@ -276,6 +300,7 @@ def run_tests(tests: Iterable[TestCase], config: dict, *, jobs: int = 1, timeout
                     record(test, {"status": FAIL, "message": f"timeout: no result after {timeout:g} s; the worker "
                                                              "was killed", "duration_s": round(now - worker.assigned_at, 6),
                                   "details": {"timeout_s": timeout, "log_tail": tail}})
+                    timed_out(test)
     finally:
         for index in range(jobs):
             drop(index, kill=False)
