@@ -173,7 +173,8 @@ def main() -> int:
     ours, theirs = statistics.median(ours_s), statistics.median(theirs_s)
     print(f"device {dev}, Llama-style d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads} heads, "
           f"batch {batch} x seq {seq}, vocab {cfg.vocab_size}, AdamW; median of {repeats} steps after {warmup} "
-          f"warm-up; torch {torch.__version__} with {torch.get_num_threads()} threads")
+          f"warm-up; torch {torch.__version__} with {torch.get_num_threads()} threads; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     report(f"train step d{cfg.d_model} L{cfg.n_layers} b{batch}x{seq}", ours * 1e3, "torch", theirs * 1e3, "ms",
                 higher_is_better=False, target=1.5)
 

@@ -35,14 +35,14 @@ def mib(n: int) -> str:
 
 @click.command()
 @click.option("--device", "device_spec", default="npu", show_default=True, help="Device type or 'type:index'.")
-@click.option("--steps", default=300, show_default=True)
-@click.option("--batch-size", default=16, show_default=True)
+@click.option("--steps", default=400, show_default=True)
+@click.option("--batch-size", default=24, show_default=True)
 @click.option("--seq-len", default=64, show_default=True)
 @click.option("--d-model", default=128, show_default=True)
-@click.option("--layers", default=2, show_default=True)
+@click.option("--layers", default=3, show_default=True)
 @click.option("--heads", default=4, show_default=True)
 @click.option("--lr", default=3e-3, show_default=True, help="Peak learning rate.")
-@click.option("--warmup", default=30, show_default=True, help="Warm-up steps.")
+@click.option("--warmup", default=40, show_default=True, help="Warm-up steps.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--checkpoint", default=None, help="Where to save the checkpoint (default: a temporary directory).")
 @click.option("--sample-tokens", default=200, show_default=True)
@@ -93,6 +93,7 @@ def main(device_spec, steps, batch_size, seq_len, d_model, layers, heads, lr, wa
     with progress:
         task = progress.add_task("train", total=steps, loss="-", speed="-", lr="-")
         window_start, window_tokens = time.perf_counter(), 0
+        log_every = max(10, steps // 8 // 10 * 10)
         for step in range(steps):
             x, y = to_device(batches.batch(step))
             loss = model.loss(x, y)
@@ -108,6 +109,8 @@ def main(device_spec, steps, batch_size, seq_len, d_model, layers, heads, lr, wa
                 window_start, window_tokens = now, 0
                 progress.update(task, loss=f"{losses[-1]:.3f}", speed=f"{speed:,.0f}",
                                 lr=f"{schedule.get_last_lr()[0]:.2e}")
+                if (step + 1) % log_every == 0 or step == 0:
+                    progress.console.print(f"step {step + 1:>5}  loss {losses[-1]:.3f}  {speed:>8,.0f} tok/s")
             progress.advance(task)
     oar.synchronize()
     train_seconds = time.perf_counter() - train_start
