@@ -27,7 +27,6 @@ constexpr ScalarTypeInfo kScalarInfo[kNumScalarTypes] = {
 };
 
 PyObject* g_dtype_objects[kNumScalarTypes] = {};
-PyTypeObject* g_tensor_class = nullptr;  // oar.Tensor once registered
 
 py::handle errors_module() {
   static PyObject* module = py::module_::import("oar.errors").release().ptr();
@@ -250,9 +249,10 @@ std::shared_ptr<Stream> current_stream(DeviceInfo* device) {
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 PyTypeObject TensorBaseType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 #pragma GCC diagnostic pop
+PyTypeObject* tensor_class = &TensorBaseType;
 
 PyObject* wrap_tensor(TensorImpl&& impl) {
-  PyTypeObject* cls = g_tensor_class != nullptr ? g_tensor_class : &TensorBaseType;
+  PyTypeObject* cls = tensor_class;
   PyObject* object = cls->tp_alloc(cls, 0);
   if (object == nullptr) throw py::error_already_set();
   auto* tensor = reinterpret_cast<PyTensor*>(object);
@@ -819,7 +819,7 @@ void register_tensor(py::module_& module) {
       throw py::type_error("the tensor class must subclass oar._C.TensorBase");
     }
     Py_INCREF(cls.ptr());
-    g_tensor_class = reinterpret_cast<PyTypeObject*>(cls.ptr());
+    tensor_class = reinterpret_cast<PyTypeObject*>(cls.ptr());
   });
   module.def("grad_enabled", &grad_enabled, "Whether ops are recorded for autograd on this thread.");
   module.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"),

@@ -200,8 +200,12 @@ struct PyTensor {
 };
 
 extern PyTypeObject TensorBaseType;
+extern PyTypeObject* tensor_class;  // oar.Tensor once registered, else TensorBaseType
 
-inline bool is_tensor(PyObject* object) { return PyObject_TypeCheck(object, &TensorBaseType); }
+inline bool is_tensor(PyObject* object) {
+  PyTypeObject* type = Py_TYPE(object);
+  return type == tensor_class || type == &TensorBaseType || PyType_IsSubtype(type, &TensorBaseType);
+}
 inline TensorImpl& impl_of(PyObject* object) { return reinterpret_cast<PyTensor*>(object)->impl; }
 // A new object of the registered tensor class (oar.Tensor) owning impl. New reference.
 PyObject* wrap_tensor(TensorImpl&& impl);
