@@ -372,8 +372,6 @@ static oar_status make_view(const refcpu_kernel* kernel, refcpu_stream* stream,
     view->data = NULL; /* nothing is touched, so any data pointer will do */
     return OAR_SUCCESS;
   }
-  char what[64];
-  snprintf(what, sizeof what, "%s: %s data + byte_offset", op, role);
   uintptr_t start = (uintptr_t)tensor->data + (uintptr_t)tensor->byte_offset;
   if (!tensor->data)
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s data is NULL", op, role);
@@ -382,8 +380,13 @@ static oar_status make_view(const refcpu_kernel* kernel, refcpu_stream* stream,
                        "kernel_launch: %s: %s data + byte_offset (%p + %llu) is not aligned to its "
                        "%d-byte elements",
                        op, role, tensor->data, (unsigned long long)tensor->byte_offset, view->elem_size);
-  return arena_resolve(&g_refcpu.devices[stream->device].arena, "kernel_launch", what,
-                       (const void*)start, extent, &view->data);
+  device_arena* arena = &g_refcpu.devices[stream->device].arena;
+  if (arena_resolve(arena, "kernel_launch", role, (const void*)start, extent, &view->data) == OAR_SUCCESS)
+    return OAR_SUCCESS;
+  /* Failed: resolve again with the op in the message (formatting it on every launch costs ~0.1 us). */
+  char what[64];
+  snprintf(what, sizeof what, "%s: %s data + byte_offset", op, role);
+  return arena_resolve(arena, "kernel_launch", what, (const void*)start, extent, &view->data);
 }
 
 static const char* attr_type_name(int32_t type) {
