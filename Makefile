@@ -7,11 +7,11 @@ PIP := $(PY) -m pip --disable-pip-version-check
 DEVICE ?= npu
 BUILD_DEPS := 'scikit-build-core>=0.10' 'pybind11>=2.13' 'scipy-openblas32==0.3.34.481.3' 'pyyaml>=6' 'jinja2>=3.1'
 RUN_DEPS := 'numpy>=1.26' 'ml_dtypes>=0.4' 'cffi>=1.16' 'click>=8.1' 'rich>=13' 'safetensors>=0.4' 'pytest>=8' 'hypothesis>=6' 'torch==2.13.0'
-SOURCES := $(shell git ls-files 2>/dev/null | grep -E '\.(c|h|cpp|hpp|py|txt|toml|yaml)$$|CMakeLists')
+SOURCES := $(shell git ls-files 2>/dev/null | grep -E '\.(c|h|cpp|hpp|py|txt|toml|yaml|j2|json|md)$$|CMakeLists')
 SELFTEST_DIR := build/selftest
 ASAN_DIR := build/selftest-asan
 
-.PHONY: demo test sysdeps install selftest selftest-asan pytest bench clean
+.PHONY: demo test sysdeps install selftest selftest-asan pytest conformance-quick bench clean
 
 sysdeps:
 	@bash .ci/sysdeps.sh
@@ -54,10 +54,15 @@ selftest-asan: $(VENV)/.deps
 pytest: install
 	$(PY) -m pytest -q
 
-test: selftest selftest-asan pytest
+# The frozen quick tier of the conformance suite, as a vendor's CI would run it.
+conformance-quick: install
+	$(VENV)/bin/conformance run --device refcpu --quick --jobs 2 --no-progress --junit build/conformance-quick.xml
+
+test: selftest selftest-asan pytest conformance-quick
 
 bench: install
 	$(PY) bench/launch_overhead.py
+	$(PY) bench/dispatch_overhead.py
 	$(PY) bench/memcpy_bandwidth.py
 	$(PY) bench/matmul_gflops.py
 
