@@ -1,0 +1,419 @@
+/* matmul / bmm (tiled kernel, any strides, batched), conv2d and its gradients
+ * (direct kernels), max / avg pooling and their gradients. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops.h"
+
+/* ---- matmul ---------------------------------------------------------------------------- */
+
+static oar_status run_matmul(ocl_launch* L, const char* op) {
+  const ocl_tensor *a = &L->in[0], *b = &L->in[1], *out = &L->out[0];
+  int n = a->ndim;
+  if (n < 2 || b->ndim != n || out->ndim != n)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
+                    "kernel_launch: %s: a, b and out need the same ndim >= 2 (got %d, %d, %d; the host broadcasts "
+                    "batch dims)", op, a->ndim, b->ndim, out->ndim);
+  for (int d = 0; d < n - 2; d++)
+    if (a->shape[d] != b->shape[d] || a->shape[d] != out->shape[d])
+      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: batch dim %d differs: a %lld, b %lld, out %lld", op,
+                      d, (long long)a->shape[d], (long long)b->shape[d], (long long)out->shape[d]);
+  int64_t m = a->shape[n - 2], k = a->shape[n - 1], cols = b->shape[n - 1];
+  if (b->shape[n - 2] != k)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: a is [..., %lld, %lld] but b is [..., %lld, %lld]", op,
+                    (long long)m, (long long)k, (long long)b->shape[n - 2], (long long)cols);
+  if (out->shape[n - 2] != m || out->shape[n - 1] != cols)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: out is [..., %lld, %lld], expected [..., %lld, %lld]",
+                    op, (long long)out->shape[n - 2], (long long)out->shape[n - 1], (long long)m, (long long)cols);
+  if (out->numel == 0) return OAR_SUCCESS;
+  if (k == 0) { /* an empty sum: zeros */
+    const ocl_tensor* ts[1] = {out};
+    g_nd g;
+    nd_geometry(&g, out->ndim, out->shape, ts, 1, true);
+    ocl_args z = {0};
+    int32_t size = out->elem_size;
+    uint64_t zero = 0;
+    ARG(&z, g);
+    ARG(&z, size);
+    ARG(&z, zero);
+    arg_mem(&z, out->mem);
+    return launch_wide(L, K_FILL_RAW, &z, g.numel);
+  }
+  g_matmul g;
+  memset(&g, 0, sizeof g);
+  g.m = m;
+  g.n = cols;
+  g.k = k;
+  g.batch = 1;
+  /* batch dims of size 1 dropped, neighbours merged */
+  for (int d = 0; d < n - 2; d++) {
+    g.batch *= out->shape[d];
+    if (out->shape[d] == 1) continue;
+    const ocl_tensor* ts[3] = {a, b, out};
+    int j = g.batch_ndim;
+    if (j > 0) {
+      bool merge = true;
+      for (int t = 0; t < 3; t++)
+        if (g.batch_stride[t][j - 1] != ts[t]->strides[d] * out->shape[d]) merge = false;
+      if (merge) {
+        g.batch_shape[j - 1] *= out->shape[d];
+        for (int t = 0; t < 3; t++) g.batch_stride[t][j - 1] = ts[t]->strides[d];
+        continue;
+      }
+    }
+    if (j == G_MM_BATCH_DIMS)
+      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: more than %d batch dims that do not merge", op,
+                      G_MM_BATCH_DIMS);
+    g.batch_shape[j] = out->shape[d];
+    for (int t = 0; t < 3; t++) g.batch_stride[t][j] = ts[t]->strides[d];
+    g.batch_ndim++;
+  }
+  g.a_row = a->strides[n - 2];
+  g.a_col = a->strides[n - 1];
+  g.b_row = b->strides[n - 2];
+  g.b_col = b->strides[n - 1];
+  g.out_row = out->strides[n - 2];
+  g.out_col = out->strides[n - 1];
+  g.offset[0] = a->offset;
+  g.offset[1] = b->offset;
+  g.offset[2] = out->offset;
+  ocl_args args = {0};
+  ARG(&args, g);
+  arg_mem(&args, out->mem);
+  arg_mem(&args, a->mem);
+  arg_mem(&args, b->mem);
+  const size_t block = 64, tile = 16; /* MM_BLOCK, MM_TILE of nn.cl */
+  size_t global[3] = {(size_t)((cols + block - 1) / block) * tile, (size_t)((m + block - 1) / block) * tile,
+                      (size_t)g.batch};
+  size_t local[3] = {tile, tile, 1};
+  return ocl_enqueue(L->stream, out->dtype == DT_F64 ? K_MATMUL_D : K_MATMUL_F, &args, 3, global, local, op);
+}
+
+oar_status ocl_op_matmul(ocl_launch* L) { return run_matmul(L, "matmul"); }
+
+oar_status ocl_op_bmm(ocl_launch* L) {
+  if (L->in[0].ndim != 3 || L->in[1].ndim != 3 || L->out[0].ndim != 3)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: bmm: a, b and out must be 3-D (got %d, %d, %d dims)",
+                    L->in[0].ndim, L->in[1].ndim, L->out[0].ndim);
+  return run_matmul(L, "bmm");
+}
+
+/* ---- conv2d -------------------------------------------------------------------------------- */
+
+static oar_status attr_pair(const ocl_launch* L, int index, const char* op, const char* name, int64_t minimum,
+                            int64_t pair[2]) {
+  int32_t count;
+  const int64_t* values = attr_ints(L, index, &count);
+  if (count != 1 && count != 2)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' needs 1 or 2 entries, got %d", op,
+                    name, count);
+  for (int i = 0; i < 2; i++) {
+    pair[i] = values[count == 2 ? i : 0];
+    if (pair[i] < minimum || pair[i] > INT32_MAX)
+      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s %lld is out of range [%lld, %d]", op, name,
+                      (long long)pair[i], (long long)minimum, INT32_MAX);
+  }
+  return OAR_SUCCESS;
+}
+
+typedef struct conv_attr_indices {
+  int stride, padding, dilation, groups;
+} conv_attr_indices;
+
+/* Geometry from x's shape [N, C, H, W] and weight's [O, C / groups, kH, kW]. */
+static oar_status conv_geometry(const ocl_launch* L, const char* op, conv_attr_indices at, const int64_t* x_shape,
+                                const int64_t* w_shape, g_conv* g) {
+  memset(g, 0, sizeof *g);
+  int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+  OCL_TRY(attr_pair(L, at.stride, op, "stride", 1, stride));
+  OCL_TRY(attr_pair(L, at.padding, op, "padding", 0, padding));
+  OCL_TRY(attr_pair(L, at.dilation, op, "dilation", 1, dilation));
+  g->groups = attr_int(L, at.groups);
+  g->batch = x_shape[0];
+  g->in_c = x_shape[1];
+  g->in_h = x_shape[2];
+  g->in_w = x_shape[3];
+  g->out_c = w_shape[0];
+  g->k_h = w_shape[2];
+  g->k_w = w_shape[3];
+  g->stride_h = stride[0];
+  g->stride_w = stride[1];
+  g->pad_h = padding[0];
+  g->pad_w = padding[1];
+  g->dil_h = dilation[0];
+  g->dil_w = dilation[1];
+  if (g->groups < 1 || g->in_c % g->groups != 0 || g->out_c % g->groups != 0)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
+                    "kernel_launch: %s: groups %lld must be >= 1 and divide the %lld input and %lld output channels",
+                    op, (long long)g->groups, (long long)g->in_c, (long long)g->out_c);
+  if (w_shape[1] != g->in_c / g->groups)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
+                    "kernel_launch: %s: weight has %lld input channels per group, x has %lld channels in %lld groups "
+                    "(%lld each)", op, (long long)w_shape[1], (long long)g->in_c, (long long)g->groups,
+                    (long long)(g->in_c / g->groups));
+  if (g->k_h < 1 || g->k_w < 1)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: the kernel is %lldx%lld, must be at least 1x1", op,
+                    (long long)g->k_h, (long long)g->k_w);
+  int64_t span_h = g->in_h + 2 * g->pad_h - g->dil_h * (g->k_h - 1) - 1;
+  int64_t span_w = g->in_w + 2 * g->pad_w - g->dil_w * (g->k_w - 1) - 1;
+  if (span_h < 0 || span_w < 0)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
+                    "kernel_launch: %s: the dilated %lldx%lld kernel is larger than the padded %lldx%lld input", op,
+                    (long long)g->k_h, (long long)g->k_w, (long long)(g->in_h + 2 * g->pad_h),
+                    (long long)(g->in_w + 2 * g->pad_w));
+  g->out_h = span_h / g->stride_h + 1;
+  g->out_w = span_w / g->stride_w + 1;
+  return OAR_SUCCESS;
+}
+
+static void conv_out_shape(const g_conv* g, int64_t shape[4]) {
+  shape[0] = g->batch;
+  shape[1] = g->out_c;
+  shape[2] = g->out_h;
+  shape[3] = g->out_w;
+}
+
+static oar_status check_4d(const char* op, const char* role, const ocl_tensor* t) {
+  if (t->ndim != 4)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s must be 4-D, got %d dims", op, role, t->ndim);
+  return OAR_SUCCESS;
+}
+
+static void copy4(int64_t* dst, const ocl_tensor* t) { memcpy(dst, t->strides, 4 * sizeof dst[0]); }
+
+oar_status ocl_op_conv2d(ocl_launch* L) {
+  const char* op = "conv2d";
+  const ocl_tensor *x = &L->in[0], *weight = &L->in[1], *out = &L->out[0];
+  OCL_TRY(check_4d(op, "x", x));
+  OCL_TRY(check_4d(op, "weight", weight));
+  g_conv g;
+  conv_attr_indices at = {ATTR_conv2d_stride, ATTR_conv2d_padding, ATTR_conv2d_dilation, ATTR_conv2d_groups};
+  OCL_TRY(conv_geometry(L, op, at, x->shape, weight->shape, &g));
+  const ocl_tensor* bias = L->num_inputs > 2 ? &L->in[2] : NULL;
+  if (bias && !shape_equals(bias, 1, &g.out_c)) return shape_error(op, "bias", bias, 1, &g.out_c);
+  int64_t expected[4];
+  conv_out_shape(&g, expected);
+  if (!shape_equals(out, 4, expected)) return shape_error(op, "out", out, 4, expected);
+  if (out->numel == 0) return OAR_SUCCESS;
+  copy4(g.x_stride, x);
+  copy4(g.w_stride, weight);
+  copy4(g.out_stride, out);
+  g.x_offset = x->offset;
+  g.w_offset = weight->offset;
+  g.out_offset = out->offset;
+  if (bias && bias->numel) {
+    g.has_bias = 1;
+    g.bias_stride = bias->strides[0];
+    g.bias_offset = bias->offset;
+  }
+  bool empty = x->numel == 0 || weight->numel == 0;
+  ocl_args a = {0};
+  ARG(&a, g);
+  arg_mem(&a, out->mem);
+  arg_mem(&a, empty ? out->mem : x->mem);
+  arg_mem(&a, empty ? out->mem : weight->mem);
+  arg_mem(&a, g.has_bias ? bias->mem : out->mem);
+  return launch_wide(L, out->dtype == DT_F64 ? K_CONV2D_D : K_CONV2D_F, &a, out->numel);
+}
+
+static oar_status shape_attr(const ocl_launch* L, int index, const char* op, const char* name, const char* dims,
+                             const int64_t** shape) {
+  int32_t count;
+  *shape = attr_ints(L, index, &count);
+  if (count != 4)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s needs 4 entries %s, got %d", op, name, dims,
+                    count);
+  for (int d = 0; d < 4; d++)
+    if ((*shape)[d] < 0)
+      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s[%d] is %lld", op, name, d,
+                      (long long)(*shape)[d]);
+  return OAR_SUCCESS;
+}
+
+oar_status ocl_op_conv2d_backward_input(ocl_launch* L) {
+  const char* op = "conv2d_backward_input";
+  const ocl_tensor *grad = &L->in[0], *weight = &L->in[1], *out = &L->out[0];
+  OCL_TRY(check_4d(op, "grad", grad));
+  OCL_TRY(check_4d(op, "weight", weight));
+  const int64_t* input_shape;
+  OCL_TRY(shape_attr(L, ATTR_conv2d_backward_input_input_shape, op, "input_shape", "[N, C, H, W]", &input_shape));
+  if (!shape_equals(out, 4, input_shape)) return shape_error(op, "out", out, 4, input_shape);
+  g_conv g;
+  conv_attr_indices at = {ATTR_conv2d_backward_input_stride, ATTR_conv2d_backward_input_padding,
+                          ATTR_conv2d_backward_input_dilation, ATTR_conv2d_backward_input_groups};
+  OCL_TRY(conv_geometry(L, op, at, input_shape, weight->shape, &g));
+  int64_t expected[4];
+  conv_out_shape(&g, expected);
+  if (!shape_equals(grad, 4, expected)) return shape_error(op, "grad", grad, 4, expected);
+  if (out->numel == 0) return OAR_SUCCESS;
+  copy4(g.x_stride, out);
+  copy4(g.w_stride, weight);
+  copy4(g.out_stride, grad);
+  g.x_offset = out->offset;
+  g.w_offset = weight->offset;
+  g.out_offset = grad->offset;
+  bool empty = grad->numel == 0 || weight->numel == 0;
+  ocl_args a = {0};
+  ARG(&a, g);
+  arg_mem(&a, out->mem);
+  arg_mem(&a, empty ? out->mem : grad->mem);
+  arg_mem(&a, empty ? out->mem : weight->mem);
+  return launch_wide(L, out->dtype == DT_F64 ? K_CONV2D_BI_D : K_CONV2D_BI_F, &a, out->numel);
+}
+
+oar_status ocl_op_conv2d_backward_weight(ocl_launch* L) {
+  const char* op = "conv2d_backward_weight";
+  const ocl_tensor *grad = &L->in[0], *x = &L->in[1], *out = &L->out[0];
+  OCL_TRY(check_4d(op, "grad", grad));
+  OCL_TRY(check_4d(op, "x", x));
+  const int64_t* weight_shape;
+  OCL_TRY(shape_attr(L, ATTR_conv2d_backward_weight_weight_shape, op, "weight_shape", "[O, C/groups, kH, kW]",
+                     &weight_shape));
+  if (!shape_equals(out, 4, weight_shape)) return shape_error(op, "out", out, 4, weight_shape);
+  g_conv g;
+  conv_attr_indices at = {ATTR_conv2d_backward_weight_stride, ATTR_conv2d_backward_weight_padding,
+                          ATTR_conv2d_backward_weight_dilation, ATTR_conv2d_backward_weight_groups};
+  OCL_TRY(conv_geometry(L, op, at, x->shape, weight_shape, &g));
+  int64_t expected[4];
+  conv_out_shape(&g, expected);
+  if (!shape_equals(grad, 4, expected)) return shape_error(op, "grad", grad, 4, expected);
+  if (out->numel == 0) return OAR_SUCCESS;
+  copy4(g.x_stride, x);
+  copy4(g.w_stride, out);
+  copy4(g.out_stride, grad);
+  g.x_offset = x->offset;
+  g.w_offset = out->offset;
+  g.out_offset = grad->offset;
+  bool empty = grad->numel == 0 || x->numel == 0;
+  ocl_args a = {0};
+  ARG(&a, g);
+  arg_mem(&a, out->mem);
+  arg_mem(&a, empty ? out->mem : grad->mem);
+  arg_mem(&a, empty ? out->mem : x->mem);
+  return launch_wide(L, out->dtype == DT_F64 ? K_CONV2D_BW_D : K_CONV2D_BW_F, &a, out->numel);
+}
+
+/* ---- pooling ---------------------------------------------------------------------------------- */
+
+/* x is [N, C, H, W] (or [C, H, W]); kernel_size, stride (empty: kernel_size), padding. */
+static oar_status pool_geometry(const ocl_launch* L, const char* op, const ocl_tensor* x, int k_index, int s_index,
+                                int p_index, g_pool* g) {
+  memset(g, 0, sizeof *g);
+  int32_t kc, sc, pc;
+  const int64_t* kernel = attr_ints(L, k_index, &kc);
+  const int64_t* stride = attr_ints(L, s_index, &sc);
+  const int64_t* padding = attr_ints(L, p_index, &pc);
+  if (x->ndim != 4 && x->ndim != 3)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: x must be [N, C, H, W] (or [C, H, W]), got %d dims",
+                    op, x->ndim);
+  if (kc < 1 || kc > 2 || sc > 2 || pc > 2 || pc < 1)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
+                    "kernel_launch: %s: kernel_size and padding need 1 or 2 entries, stride 0 to 2 (got %d, %d, %d)", op,
+                    kc, pc, sc);
+  int64_t k[2], s[2], p[2];
+  for (int i = 0; i < 2; i++) {
+    k[i] = kernel[kc == 2 ? i : 0];
+    s[i] = sc ? stride[sc == 2 ? i : 0] : k[i];
+    p[i] = padding[pc == 2 ? i : 0];
+    if (k[i] < 1 || s[i] < 1 || p[i] < 0 || k[i] > INT32_MAX || s[i] > INT32_MAX || p[i] > INT32_MAX)
+      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
+                      "kernel_launch: %s: kernel_size %lld, stride %lld must be >= 1 and padding %lld >= 0", op,
+                      (long long)k[i], (long long)s[i], (long long)p[i]);
+  }
+  int n = x->ndim;
+  g->channels = x->shape[n - 3];
+  g->planes = (n == 4 ? x->shape[0] : 1) * g->channels;
+  g->in_h = x->shape[n - 2];
+  g->in_w = x->shape[n - 1];
+  g->k_h = k[0];
+  g->k_w = k[1];
+  g->stride_h = s[0];
+  g->stride_w = s[1];
+  g->pad_h = p[0];
+  g->pad_w = p[1];
+  int64_t span_h = g->in_h + 2 * p[0] - k[0], span_w = g->in_w + 2 * p[1] - k[1];
+  if (span_h < 0 || span_w < 0)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
+                    "kernel_launch: %s: the %lldx%lld window does not fit the padded %lldx%lld input", op,
+                    (long long)k[0], (long long)k[1], (long long)(g->in_h + 2 * p[0]), (long long)(g->in_w + 2 * p[1]));
+  g->out_h = span_h / s[0] + 1;
+  g->out_w = span_w / s[1] + 1;
+  return OAR_SUCCESS;
+}
+
+/* Strides [N, C, H, W] of a 3-D or 4-D tensor (N stride 0 for 3-D). */
+static void pool_strides(int64_t* dst, const ocl_tensor* t) {
+  if (t->ndim == 4) {
+    memcpy(dst, t->strides, 4 * sizeof dst[0]);
+  } else {
+    dst[0] = 0;
+    memcpy(dst + 1, t->strides, 3 * sizeof dst[0]);
+  }
+}
+
+static void pooled_shape(const ocl_tensor* x, const g_pool* g, int64_t* shape) {
+  memcpy(shape, x->shape, (size_t)x->ndim * sizeof shape[0]);
+  shape[x->ndim - 2] = g->out_h;
+  shape[x->ndim - 1] = g->out_w;
+}
+
+static oar_status run_pool(ocl_launch* L, const char* op, int k_index, int s_index, int p_index, int32_t is_max) {
+  const ocl_tensor *x = &L->in[0], *out = &L->out[0];
+  g_pool g;
+  OCL_TRY(pool_geometry(L, op, x, k_index, s_index, p_index, &g));
+  int64_t expected[4];
+  pooled_shape(x, &g, expected);
+  if (!shape_equals(out, x->ndim, expected)) return shape_error(op, "out", out, x->ndim, expected);
+  if (out->numel == 0) return OAR_SUCCESS;
+  pool_strides(g.x_stride, x);
+  pool_strides(g.y_stride, out);
+  g.x_offset = x->offset;
+  g.y_offset = out->offset;
+  ocl_args a = {0};
+  ARG(&a, g);
+  ARG(&a, is_max);
+  arg_mem(&a, out->mem);
+  arg_mem(&a, x->numel ? x->mem : out->mem);
+  return launch_wide(L, out->dtype == DT_F64 ? K_POOL2D_D : K_POOL2D_F, &a, out->numel);
+}
+
+/* Inputs grad (pooled), x; out shaped like x. */
+static oar_status run_pool_backward(ocl_launch* L, const char* op, int k_index, int s_index, int p_index,
+                                    int32_t is_max) {
+  const ocl_tensor *grad = &L->in[0], *x = &L->in[1], *out = &L->out[0];
+  g_pool g;
+  OCL_TRY(pool_geometry(L, op, x, k_index, s_index, p_index, &g));
+  int64_t expected[4];
+  pooled_shape(x, &g, expected);
+  if (!shape_equals(grad, x->ndim, expected)) return shape_error(op, "grad", grad, x->ndim, expected);
+  if (!shape_equals(out, x->ndim, x->shape)) return shape_error(op, "out", out, x->ndim, x->shape);
+  if (out->numel == 0) return OAR_SUCCESS;
+  pool_strides(g.x_stride, x);
+  pool_strides(g.y_stride, grad);
+  pool_strides(g.dx_stride, out);
+  g.x_offset = x->offset;
+  g.y_offset = grad->offset;
+  g.dx_offset = out->offset;
+  ocl_args a = {0};
+  ARG(&a, g);
+  ARG(&a, is_max);
+  arg_mem(&a, out->mem);
+  arg_mem(&a, grad->numel ? grad->mem : out->mem);
+  arg_mem(&a, x->mem);
+  return launch_wide(L, out->dtype == DT_F64 ? K_POOL2D_BACKWARD_D : K_POOL2D_BACKWARD_F, &a, out->numel);
+}
+
+oar_status ocl_op_max_pool2d(ocl_launch* L) {
+  return run_pool(L, "max_pool2d", ATTR_max_pool2d_kernel_size, ATTR_max_pool2d_stride, ATTR_max_pool2d_padding, 1);
+}
+oar_status ocl_op_avg_pool2d(ocl_launch* L) {
+  return run_pool(L, "avg_pool2d", ATTR_avg_pool2d_kernel_size, ATTR_avg_pool2d_stride, ATTR_avg_pool2d_padding, 0);
+}
+oar_status ocl_op_max_pool2d_backward(ocl_launch* L) {
+  return run_pool_backward(L, "max_pool2d_backward", ATTR_max_pool2d_backward_kernel_size,
+                           ATTR_max_pool2d_backward_stride, ATTR_max_pool2d_backward_padding, 1);
+}
+oar_status ocl_op_avg_pool2d_backward(ocl_launch* L) {
+  return run_pool_backward(L, "avg_pool2d_backward", ATTR_avg_pool2d_backward_kernel_size,
+                           ATTR_avg_pool2d_backward_stride, ATTR_avg_pool2d_backward_padding, 0);
+}
