@@ -286,8 +286,12 @@ static void test_plugin_init(void) {
   CHECK(params.capabilities & OAR_CAP_CONCURRENT_STREAMS);
   CHECK(!(params.capabilities & OAR_CAP_HOST_ACCESSIBLE_MEMORY));
   api = params.table;
-  /* Collectives are not provided; everything else is. */
-  CHECK(api->all_reduce == NULL && api->comm_init_rank == NULL && api->get_unique_id == NULL);
+  /* Everything is provided; OAR_REFCPU_NO_COLLECTIVES=1 hides the collectives group. */
+  const char* no_collectives = getenv("OAR_REFCPU_NO_COLLECTIVES");
+  if (no_collectives && strcmp(no_collectives, "1") == 0)
+    CHECK(api->all_reduce == NULL && api->comm_init_rank == NULL && api->group_end == NULL);
+  else
+    CHECK(api->all_reduce && api->comm_init_rank && api->get_unique_id && api->group_end);
   CHECK(api->module_compile && api->launch && api->profiler_collect && api->host_alloc &&
         api->event_elapsed_time && api->mem_set_async && api->stream_add_callback);
 }

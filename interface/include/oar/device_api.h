@@ -826,9 +826,10 @@ typedef struct oar_device_table {
    * nranks) of nranks ranks, on device, and write its handle to *comm.
    * Collective over all ranks: it returns OAR_SUCCESS on a rank only once all
    * nranks ranks have called it with the same id and nranks, so that data
-   * calls may follow at once on every rank. It waits at most timeout_ms
-   * (> 0), then fails with OAR_ERROR_TIMEOUT naming the ranks that did not
-   * join (or rank 0's address, if it could not be reached); *comm is
+   * calls may follow at once on every rank. It waits timeout_ms (> 0; plus
+   * at most the plugin's documented detection delay), then fails with
+   * OAR_ERROR_TIMEOUT naming the ranks that did not join (or rank 0's
+   * address, if it could not be reached); *comm is
    * untouched on failure. timeout_ms is also the communicator's timeout: the
    * longest any later work of it waits for a peer that makes no progress.
    * nranks == 1 is a valid communicator of one rank (data calls copy and
@@ -966,8 +967,8 @@ typedef struct oar_device_table {
    * matching send/recv between ranks in any order, or p2p calls mixed with
    * collectives, cannot deadlock; no order among them is guaranteed, so none
    * may consume another's result. A group may span several communicators
-   * and streams; the work on each stream comes after that stream's earlier
-   * work, and later work on any of those streams waits for it. comm_init_rank
+   * and streams; the group's work on each stream comes after that stream's
+   * earlier work, and later work on that stream waits for it. comm_init_rank
    * and comm_destroy are not deferred.
    * Requirement: OPTIONAL (the collectives group)
    * Blocking: synchronous (group_end enqueues; it never waits for a peer)

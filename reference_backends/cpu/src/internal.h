@@ -41,7 +41,8 @@ enum {
   HANDLE_EVENT = 2,
   HANDLE_KERNEL = 3,
   HANDLE_MODULE = 4,
-  HANDLE_FUNCTION = 5
+  HANDLE_FUNCTION = 5,
+  HANDLE_COMM = 6
 };
 
 typedef struct registry_slot {
@@ -124,7 +125,8 @@ typedef enum command_kind {
   COMMAND_LAUNCH,
   COMMAND_RECORD,
   COMMAND_WAIT,
-  COMMAND_CALLBACK
+  COMMAND_CALLBACK,
+  COMMAND_COLLECTIVE
 } command_kind;
 
 /* A validated strided tensor whose data is a host-usable address. */
@@ -139,6 +141,7 @@ typedef struct tensor_view {
 
 struct op_def;
 struct event_marker;
+struct coll_work;
 
 /* Limits of library kernel launches; gen_op_table.py checks ops.yaml fits. */
 #define REFCPU_KERNEL_MAX_INPUTS 4
@@ -214,6 +217,7 @@ typedef struct command {
       oar_stream_callback function;
       void* user_data;
     } callback;
+    struct coll_work* collective; /* owned: freed by collective_execute */
   } u;
 } command;
 
@@ -353,6 +357,36 @@ oar_status refcpu_launch(oar_stream stream, oar_function function,
 oar_status launch_execute(const launch_command* launch);
 void launch_release(launch_command* launch);
 void module_unload_all(void);
+
+/* ---- collectives*.c ------------------------------------------------------ */
+
+void collectives_open(void);
+void collectives_close(void); /* destroys live communicators, closes listeners */
+/* Runs a collective command on the worker and frees it; names it for the profiler. */
+oar_status collective_execute(struct coll_work* work, const char** name);
+oar_status refcpu_get_unique_id(oar_unique_id* id);
+oar_status refcpu_comm_init_rank(int32_t device, int32_t nranks, const oar_unique_id* id,
+                                 int32_t rank, int64_t timeout_ms, oar_comm* comm);
+oar_status refcpu_comm_destroy(oar_comm comm);
+oar_status refcpu_all_reduce(const void* send, void* recv, size_t count, oar_dl_data_type dtype,
+                             int32_t op, oar_comm comm, oar_stream stream);
+oar_status refcpu_broadcast(const void* send, void* recv, size_t count, oar_dl_data_type dtype,
+                            int32_t root, oar_comm comm, oar_stream stream);
+oar_status refcpu_reduce(const void* send, void* recv, size_t count, oar_dl_data_type dtype,
+                         int32_t op, int32_t root, oar_comm comm, oar_stream stream);
+oar_status refcpu_all_gather(const void* send, void* recv, size_t send_count,
+                             oar_dl_data_type dtype, oar_comm comm, oar_stream stream);
+oar_status refcpu_reduce_scatter(const void* send, void* recv, size_t recv_count,
+                                 oar_dl_data_type dtype, int32_t op, oar_comm comm,
+                                 oar_stream stream);
+oar_status refcpu_all_to_all(const void* send, void* recv, size_t count, oar_dl_data_type dtype,
+                             oar_comm comm, oar_stream stream);
+oar_status refcpu_send(const void* buf, size_t count, oar_dl_data_type dtype, int32_t peer,
+                       oar_comm comm, oar_stream stream);
+oar_status refcpu_recv(void* buf, size_t count, oar_dl_data_type dtype, int32_t peer,
+                       oar_comm comm, oar_stream stream);
+oar_status refcpu_group_start(void);
+oar_status refcpu_group_end(void);
 
 /* ---- workdir.c: the private temp directory ----------------------------------- */
 

@@ -57,7 +57,19 @@ static const oar_device_table table = {
     .module_unload = refcpu_module_unload,
     .module_get_function = refcpu_module_get_function,
     .launch = refcpu_launch,
-    /* Collectives are not provided: the host stages them through its own backend. */
+    .get_unique_id = refcpu_get_unique_id,
+    .comm_init_rank = refcpu_comm_init_rank,
+    .comm_destroy = refcpu_comm_destroy,
+    .all_reduce = refcpu_all_reduce,
+    .broadcast = refcpu_broadcast,
+    .reduce = refcpu_reduce,
+    .all_gather = refcpu_all_gather,
+    .reduce_scatter = refcpu_reduce_scatter,
+    .all_to_all = refcpu_all_to_all,
+    .send = refcpu_send,
+    .recv = refcpu_recv,
+    .group_start = refcpu_group_start,
+    .group_end = refcpu_group_end,
     .profiler_start = refcpu_profiler_start,
     .profiler_stop = refcpu_profiler_stop,
     .profiler_collect = refcpu_profiler_collect,
@@ -176,6 +188,7 @@ static oar_status refcpu_init(void) {
   }
   profiler_open(config.device_count);
   host_memory_open();
+  collectives_open();
   atomic_store_explicit(&g_refcpu.ready, true, memory_order_release);
   refcpu_log(OAR_LOG_INFO, "refcpu %s: %d device(s) '%s', %llu MiB each%s, %d threads", REFCPU_VERSION,
              config.device_count, config.device_type, (unsigned long long)(config.arena_bytes >> 20),
@@ -188,6 +201,7 @@ static oar_status refcpu_finalize(void) {
   /* Streams drain first, while callbacks may still call into the plugin. */
   stream_destroy_all();
   atomic_store_explicit(&g_refcpu.ready, false, memory_order_release);
+  collectives_close();
   event_destroy_all();
   module_unload_all();
   kernel_destroy_all();
@@ -231,7 +245,28 @@ OAR_PLUGIN_EXPORT oar_status oar_plugin_init(oar_plugin_params* params) {
     }
     snprintf(device_type, sizeof device_type, "%s", wanted);
   }
-  params->table = &table;
+  /* OAR_REFCPU_NO_COLLECTIVES=1: a plugin without collectives, to test the host's fallback. */
+  static oar_device_table without_collectives;
+  const char* no_collectives = getenv("OAR_REFCPU_NO_COLLECTIVES");
+  if (no_collectives && strcmp(no_collectives, "1") == 0) {
+    without_collectives = table;
+    without_collectives.get_unique_id = NULL;
+    without_collectives.comm_init_rank = NULL;
+    without_collectives.comm_destroy = NULL;
+    without_collectives.all_reduce = NULL;
+    without_collectives.broadcast = NULL;
+    without_collectives.reduce = NULL;
+    without_collectives.all_gather = NULL;
+    without_collectives.reduce_scatter = NULL;
+    without_collectives.all_to_all = NULL;
+    without_collectives.send = NULL;
+    without_collectives.recv = NULL;
+    without_collectives.group_start = NULL;
+    without_collectives.group_end = NULL;
+    params->table = &without_collectives;
+  } else {
+    params->table = &table;
+  }
   params->device_type = device_type;
   params->plugin_version = REFCPU_VERSION;
   params->capabilities = OAR_CAP_TIMING_EVENTS | OAR_CAP_CONCURRENT_STREAMS | OAR_CAP_STREAM_PRIORITIES;

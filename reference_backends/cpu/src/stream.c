@@ -122,6 +122,10 @@ static void execute(refcpu_stream* stream, command* node) {
                                 node->u.callback.user_data);
       break;
     }
+    case COMMAND_COLLECTIVE:
+      status = collective_execute(node->u.collective, &name);
+      category = "collective";
+      break;
   }
   if (status != OAR_SUCCESS) record_failure(stream, status);
   if (profiling && category)

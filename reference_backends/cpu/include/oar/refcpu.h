@@ -138,7 +138,46 @@
  * - Module binaries carry the builder's machine name; they are compiled with
  *   -march=native, so they load on machines of the same kind only.
  * - The profiler records stream work (kernels, launches, async copies,
- *   memsets), not synchronous copies.
+ *   memsets, collectives: category "collective"), not synchronous copies.
+ *
+ * Collectives
+ * -----------
+ * - The unique id: "OARCOLL1", then rank 0's address family, port and
+ *   address, the creator's pid and a 16-byte random nonce. get_unique_id
+ *   opens the listening socket at once (an ephemeral port) on
+ *   OAR_REFCPU_SOCKET_ADDR, else the address of OAR_REFCPU_SOCKET_IFNAME, else
+ *   the first IPv4 (then IPv6) address of an interface that is up and not
+ *   loopback, else 127.0.0.1. A rank 0 in another process than the id's maker
+ *   binds the same address and port itself (so: on the same host).
+ * - comm_init_rank: every rank connects to rank 0 (retrying while nobody
+ *   listens yet); rank 0 checks nranks and ranks, picks the transport and
+ *   answers; all ranks return once every rank is ready. Ranks on one host
+ *   (same boot id, /dev/shm, pid and IPC namespaces) share POSIX shared memory
+ *   "/oar-refcpu-<nonce>", sized with posix_fallocate (a full /dev/shm fails
+ *   here, not with SIGBUS later) and unlinked once every rank mapped it;
+ *   otherwise, or with OAR_REFCPU_COLL_TRANSPORT=tcp, a TCP mesh (two
+ *   connections per pair: collectives, send/recv). Ranks other than 0 wait up
+ *   to min(timeout / 2, 1 s) past their timeout for rank 0's verdict, which
+ *   names the ranks that did not join.
+ * - Algorithms: direct reduce-scatter + all-gather over chunks on both
+ *   transports (shared memory: double-buffered slots per rank, two barriers
+ *   per chunk of all_reduce); reductions in rank order, float16/bfloat16
+ *   accumulated in float32 and rounded once, so every rank and both
+ *   transports get the same bits. dtypes: also float64, int8, uint8.
+ * - Waits never spin for long: shared memory sleeps on a futex per rank after
+ *   at most 20 us of polling, TCP in poll(). At least every 100 ms (the
+ *   detection delay) a waiting rank looks at the communicator's abort flag and
+ *   at the peer it waits for (kill(pid, 0), zombie state, destroyed
+ *   communicator); TCP sees a closed connection at once. No progress for the
+ *   timeout: TIMEOUT naming the rank. A failure breaks the communicator and
+ *   aborts it for the peers (the shared abort flag; TCP shutdown), who fail
+ *   with DEVICE_LOST naming the failed rank and its reason.
+ * - Ranks check that they run the same collective (kind, count, dtype, op,
+ *   root): a mismatch is INVALID_ARGUMENT on every rank. send/recv carry a
+ *   16-byte header: a size or dtype mismatch is INVALID_ARGUMENT on the
+ *   receiver. send to the own rank is INVALID_ARGUMENT.
+ * - A group issues one command per stream: its send/recv move together, then
+ *   its collectives run in call order.
  *
  * Environment (read by oar_plugin_init / init)
  * --------------------------------------------
@@ -154,6 +193,13 @@
  *                            fails on the worker with OAR_ERROR_INTERNAL, to
  *                            test how sticky stream errors propagate
  *   TMPDIR                   where the private 0700 work directory is made
+ *   OAR_REFCPU_NO_COLLECTIVES  1: the table leaves the collectives out (to test
+ *                            a host's fallback)
+ *   OAR_REFCPU_COLL_TRANSPORT  auto (default), shm or tcp: rank 0's choice holds
+ *                            for every rank
+ *   OAR_REFCPU_SOCKET_ADDR, OAR_REFCPU_SOCKET_IFNAME  the address get_unique_id
+ *                            puts in the id (see Collectives)
+ *   OAR_REFCPU_SHM_CHUNK_KB  shared-memory chunk per rank, 64..65536, default 1024
  */
 #ifndef OAR_REFCPU_H_
 #define OAR_REFCPU_H_
