@@ -7,6 +7,9 @@ import pytest
 # The CPU reference plugin hands out device pointers in a PROT_NONE range, so any
 # host dereference of one faults. Set before any plugin is loaded (loading is lazy).
 os.environ["OAR_REFCPU_STRICT"] = "1"
+# The bundled OpenCL plugin stays out of discovery, so every test sees the same plugins whether
+# or not OpenCL is installed; tests/test_opencl_*.py load it explicitly (and test discovery).
+os.environ.setdefault("OAR_OPENCL_DISABLE", "1")
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,12 @@ Sources, in this order:
 1. ``OAR_PLUGIN_PATH``: os.pathsep-separated entries, each a plugin library or
    a directory whose ``*.so`` files are plugins (sorted by name);
 2. the ``oar.plugins`` entry-point group of installed distributions, sorted by
-   name, oar's own (the bundled CPU reference plugin) last so it yields its
-   device type to any other plugin. An entry point resolves to a path, or to a
-   callable returning one.
+   name, oar's own (the bundled reference plugins) last so they yield their
+   device types to any other plugin; among oar's own the CPU reference plugin
+   comes first, so it stays the default device. An entry point resolves to a
+   path, or to a callable returning one; a callable returning None offers no
+   plugin on this installation (oar's OpenCL plugin where it was not built)
+   and is skipped without a record or a warning.
 
 Discovery is lazy: ``import oar`` only imports; the first call that needs a
 device (or ``oar.plugins_info()``) discovers and initializes every plugin,
@@ -142,16 +145,20 @@ def _entry_points() -> list:
         return dist.name if dist is not None else "?"
 
     def order(entry_point):
-        return (distribution_name(entry_point) == "oar", entry_point.name, distribution_name(entry_point))
+        ours = distribution_name(entry_point) == "oar"
+        return (ours, not (ours and entry_point.name == "refcpu"), entry_point.name, distribution_name(entry_point))
 
     return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=order)
 
 
-def _entry_point_path(entry_point) -> str:
-    """The plugin path an entry point names (its value, or what calling it returns)."""
+def _entry_point_path(entry_point) -> str | None:
+    """The plugin path an entry point names (its value, or what calling it returns);
+    None when its callable offers no plugin here."""
     value = entry_point.load()
     if callable(value):
         value = value()
+        if value is None:
+            return None
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(f"resolved to {type(value).__name__}, expected a path")
     return os.fspath(value)
@@ -186,6 +193,8 @@ def discover() -> None:
             except Exception as error:  # noqa: BLE001 -- vendor code: record, never raise
                 _skip(PluginRecord(entry_point.value, origin, FAILED,
                                    error=f"cannot resolve the entry point: {type(error).__name__}: {error}"))
+                continue
+            if path is None:  # not offered on this installation
                 continue
             if not os.path.exists(path):
                 _skip(PluginRecord(path, origin, FAILED, error="no such file"))
