@@ -84,7 +84,9 @@ typedef enum ocl_kernel_id {
   K_CONV2D_BW_F, K_CONV2D_BW_D, K_POOL2D_F, K_POOL2D_D, K_POOL2D_BACKWARD_F, K_POOL2D_BACKWARD_D,
   K_IX_CHECK, K_IX_EMBEDDING, K_IX_GATHER, K_IX_SCATTER, K_IX_INDEX_SELECT, K_IX_INDEX_ADD,
   K_IX_ONE_HOT, K_FAULT,
-  K_COUNT
+  /* the fast elementwise kernels ewc_<code>_F / _D: K_EWC_F + code, K_EWC_D + code (code < 64) */
+  K_EWC_F, K_EWC_D = K_EWC_F + 64,
+  K_COUNT = K_EWC_D + 64
 } ocl_kernel_id;
 
 typedef struct ocl_library_kernel {

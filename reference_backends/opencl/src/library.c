@@ -56,6 +56,15 @@ static const struct {
     [K_FAULT] = {PROGRAM_INDEX, "fault_inject"},
 };
 
+/* Name and program of kernel id (the fast elementwise ones are numbered by op code). */
+static int kernel_program(ocl_kernel_id id) { return id >= K_EWC_F ? PROGRAM_EW : kernel_table[id].program; }
+
+static const char* kernel_name(ocl_kernel_id id, char* buffer, size_t bytes) {
+  if (id < K_EWC_F) return kernel_table[id].name;
+  snprintf(buffer, bytes, "ewc_%d_%c", (int)(id < K_EWC_D ? id - K_EWC_F : id - K_EWC_D), id < K_EWC_D ? 'F' : 'D');
+  return buffer;
+}
+
 static const char* const program_names[PROGRAM_COUNT] = {"elementwise", "reduce", "nn", "index"};
 
 /* ---- program assembly ------------------------------------------------------------------ */
@@ -216,18 +225,20 @@ oar_status ocl_enqueue(ocl_stream* stream, ocl_kernel_id id, ocl_args* args, cl_
   for (cl_uint d = 0; d < dims; d++)
     if (global[d] == 0) return OAR_SUCCESS;
   ocl_library_kernel* slot = &dev->kernels[id];
+  char buffer[32];
+  const char* kernel = kernel_name(id, buffer, sizeof buffer);
   pthread_mutex_lock(&slot->lock);
   if (!slot->kernel) {
-    oar_status status = ocl_program_ready(dev, kernel_table[id].program);
+    oar_status status = ocl_program_ready(dev, kernel_program(id));
     if (status != OAR_SUCCESS) {
       pthread_mutex_unlock(&slot->lock);
       return status;
     }
     cl_int error = CL_SUCCESS;
-    slot->kernel = clCreateKernel(dev->programs[kernel_table[id].program], kernel_table[id].name, &error);
+    slot->kernel = clCreateKernel(dev->programs[kernel_program(id)], kernel, &error);
     if (!slot->kernel) {
       pthread_mutex_unlock(&slot->lock);
-      return ocl_fail_cl(error, name, kernel_table[id].name);
+      return ocl_fail_cl(error, name, kernel);
     }
   }
   cl_int error = CL_SUCCESS;
@@ -236,14 +247,14 @@ oar_status ocl_enqueue(ocl_stream* stream, ocl_kernel_id id, ocl_args* args, cl_
                            args->offsets[i] == SIZE_MAX ? NULL : args->bytes + args->offsets[i]);
   if (error != CL_SUCCESS) {
     pthread_mutex_unlock(&slot->lock);
-    return ocl_fail(OAR_ERROR_INTERNAL, "kernel_launch: %s: clSetKernelArg of %s: %s", name, kernel_table[id].name,
+    return ocl_fail(OAR_ERROR_INTERNAL, "kernel_launch: %s: clSetKernelArg of %s: %s", name, kernel,
                     ocl_error_name(error));
   }
   cl_event event = NULL;
   error = clEnqueueNDRangeKernel(stream->queue, slot->kernel, dims, NULL, global, local, 0, NULL, &event);
   pthread_mutex_unlock(&slot->lock);
   if (error != CL_SUCCESS)
-    return ocl_fail_cl(error, "kernel_launch", kernel_table[id].name);
+    return ocl_fail_cl(error, "kernel_launch", kernel);
   ocl_stream_enqueued(stream, event, name, "kernel");
   return OAR_SUCCESS;
 }

@@ -9,6 +9,48 @@
 
 static const ocl_kernel_id EW_KERNELS[3] = {K_EW_F, K_EW_D, K_EW_L};
 
+/* The fast path applies: at most two inputs, every tensor of the family's own
+   dtype (float32 / float64), at most 2 dims after coalescing with an inner dim
+   long enough to fill a group, and an op with a T result (ewc_<code> exists). */
+static bool fast_case(const ocl_launch* L, const g_nd* g, int family, int32_t code) {
+  uint8_t dtype = family == FAMILY_F ? DT_F32 : DT_F64;
+  bool has_kernel = (code >= EW_IDENTITY && code <= EW_ERF) || code == EW_CLAMP ||
+                    (code >= EW_ADD && code <= EW_MINIMUM) || code == EW_GELU_BACKWARD_ERF ||
+                    code == EW_GELU_BACKWARD_TANH;
+  if (!has_kernel || g->ndim > 2 || L->num_inputs > 2 || L->out[0].dtype != dtype) return false;
+  for (uint32_t i = 0; i < L->num_inputs; i++)
+    if (L->in[i].dtype != dtype) return false;
+  return g->shape[g->ndim - 1] >= 32 || g->ndim == 1;
+}
+
+static oar_status run_fast(ocl_launch* L, int32_t code, int family, const g_nd* g, double s0, double s1) {
+  ocl_args a = {0};
+  int inner = g->ndim - 1;
+  int64_t cols = g->shape[inner], rows = g->ndim == 2 ? g->shape[0] : 1;
+  ARG(&a, cols);
+  ARG(&a, rows);
+  if (family == FAMILY_F) {
+    float f0 = (float)s0, f1 = (float)s1;
+    ARG(&a, f0);
+    ARG(&a, f1);
+  } else {
+    ARG(&a, s0);
+    ARG(&a, s1);
+  }
+  for (int t = 0; t < 3; t++) {
+    int source = t <= (int)L->num_inputs ? t : 1; /* an absent second input reads the first */
+    cl_mem mem = source == 0 ? L->out[0].mem : L->in[source - 1].mem;
+    int64_t row_stride = g->ndim == 2 ? g->stride[source][0] : 0;
+    arg_mem(&a, mem);
+    ARG(&a, g->offset[source]);
+    ARG(&a, row_stride);
+    ARG(&a, g->stride[source][inner]);
+  }
+  size_t global[2] = {(size_t)((cols + 127) / 128 * 128), (size_t)rows}, local[2] = {128, 1};
+  ocl_kernel_id id = (ocl_kernel_id)((family == FAMILY_F ? K_EWC_F : K_EWC_D) + code);
+  return ocl_enqueue(L->stream, id, &a, 2, global, local, L->op->name);
+}
+
 /* out = code(inputs) computed in family; s* are the op's scalars (clamp bounds). */
 static oar_status run_ew(ocl_launch* L, int code, int family, double s0, double s1, int64_t l0, int64_t l1) {
   const ocl_tensor* out = &L->out[0];
@@ -18,6 +60,7 @@ static oar_status run_ew(ocl_launch* L, int code, int family, double s0, double 
   for (uint32_t i = 0; i < L->num_inputs; i++) ts[n++] = &L->in[i];
   g_nd g;
   nd_geometry(&g, out->ndim, out->shape, ts, n, true);
+  if (family != FAMILY_L && fast_case(L, &g, family, code)) return run_fast(L, code, family, &g, s0, s1);
   ocl_args a = {0};
   int32_t nin = (int32_t)L->num_inputs, dto = out->dtype;
   int32_t dts[3] = {0, 0, 0};

@@ -113,7 +113,7 @@ static oar_status open_device(ocl_device* dev, cl_platform_id platform, cl_devic
   dev->simd_width = vector_width ? vector_width : 1;
   if (dev->compute_units == 0) dev->compute_units = 1;
   /* grid-stride launches: enough groups to fill the device a few times over */
-  size_t groups = (size_t)dev->compute_units * ((dev->type & CL_DEVICE_TYPE_CPU) ? 4 : 16);
+  size_t groups = (size_t)dev->compute_units * ((dev->type & CL_DEVICE_TYPE_CPU) ? 4096 : 16);
   dev->wide_global = groups * 128;
   if (dev->max_parameter < 1024) {
     return ocl_fail(OAR_ERROR_DEVICE_LOST,

@@ -98,3 +98,22 @@ kernel void FAM(dropout)(g_nd g, int dt, ulong seed, ulong offset, uint threshol
     ST(po, dt, off[0], (w.x >> 8) >= threshold ? x * scale : (T)0);
   }
 }
+
+/* The fast path: out and inputs of dtype T over at most 2 (coalesced) dims, one
+   work item per element on a 2-D range (cols, rows). The op is a compile-time
+   constant per kernel, so the switch folds away and the compiler vectorizes
+   (strided and broadcast (stride 0) inputs included). ewc_<code>_F / _D. */
+#define EW_FAST(code)                                                                                             \
+  kernel void FAM(ewc_##code)(long cols, long rows, T s0, T s1, global T* po, long oo, long o_r, long o_c,        \
+                              global const T* p1, long o1, long r1, long c1, global const T* p2, long o2, long r2, \
+                              long c2) {                                                                          \
+    long c = get_global_id(0), r = get_global_id(1);                                                              \
+    if (c >= cols || r >= rows) return;                                                                           \
+    po[oo + r * o_r + c * o_c] =                                                                                  \
+        FAM(ew_op)(code, p1[o1 + r * r1 + c * c1], p2[o2 + r * r2 + c * c2], (T)0, s0, s1);                        \
+  }
+/* EW_IDENTITY .. EW_ERF, EW_CLAMP, EW_ADD .. EW_MINIMUM, the gelu gradients: the ops whose result is T */
+EW_FAST(0) EW_FAST(1) EW_FAST(2) EW_FAST(3) EW_FAST(4) EW_FAST(5) EW_FAST(6) EW_FAST(7) EW_FAST(8) EW_FAST(9)
+EW_FAST(10) EW_FAST(11) EW_FAST(12) EW_FAST(13) EW_FAST(14) EW_FAST(15) EW_FAST(16) EW_FAST(17) EW_FAST(20)
+EW_FAST(32) EW_FAST(33) EW_FAST(34) EW_FAST(35) EW_FAST(36) EW_FAST(37) EW_FAST(38) EW_FAST(47) EW_FAST(48)
+#undef EW_FAST
