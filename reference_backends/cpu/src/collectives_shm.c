@@ -30,7 +30,7 @@
 
 #define SHM_MAGIC 0x314d48535241414full /* "OAARSHM1" */
 #define SHM_SPIN_NS 20000               /* a waiter polls this long before it sleeps */
-#define SHM_DEFAULT_CHUNK (1u << 20)
+#define SHM_DEFAULT_CHUNK (256u << 10)
 #define SHM_SLOTS_TOTAL (64u << 20)
 #define SHM_RINGS_TOTAL (16u << 20)
 #define P2P_MAGIC 0x50325030u

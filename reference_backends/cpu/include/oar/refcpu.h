@@ -199,7 +199,7 @@
  *                            for every rank
  *   OAR_REFCPU_SOCKET_ADDR, OAR_REFCPU_SOCKET_IFNAME  the address get_unique_id
  *                            puts in the id (see Collectives)
- *   OAR_REFCPU_SHM_CHUNK_KB  shared-memory chunk per rank, 64..65536, default 1024
+ *   OAR_REFCPU_SHM_CHUNK_KB  shared-memory chunk per rank, 64..65536, default 256
  */
 #ifndef OAR_REFCPU_H_
 #define OAR_REFCPU_H_
