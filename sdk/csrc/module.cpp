@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "allocator.hpp"
+#include "collectives.hpp"
 #include "device_memory.hpp"
 #include "dispatch.hpp"
 #include "dtypes.hpp"
@@ -22,4 +23,5 @@ PYBIND11_MODULE(_C, module) {
   oar::register_tensor(module);
   oar::register_dispatch(module);
   oar::register_allocator(module);
+  oar::register_collectives(module, plugin_class);
 }

@@ -107,5 +107,10 @@ from oar.checkpoint import CheckpointError, load, save  # noqa: E402
 __all__ += ["CheckpointError", "autograd", "enable_grad", "is_grad_enabled", "load", "nn", "no_grad", "optim",
             "save", "set_grad_enabled"]
 
+# ---- distributed (torch is imported only when a process group is made) ----
+from oar import distributed  # noqa: E402
+
+__all__ += ["distributed"]
+
 # Plugins finalize before the interpreter goes away (atexit runs after non-daemon threads end).
 _atexit.register(_C._shutdown)

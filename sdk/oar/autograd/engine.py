@@ -22,7 +22,7 @@ from oar.autograd.grad_mode import _set_enabled, is_grad_enabled
 from oar.autograd.helpers import TensorMeta
 from oar.autograd.schema import OpSpec, ops_schema
 
-__all__ = ["Node", "record", "run_backward", "backward", "grad", "retain_grad"]
+__all__ = ["Node", "record", "run_backward", "backward", "grad", "retain_grad", "register_post_backward_hook"]
 
 _sequence = itertools.count()
 
@@ -509,6 +509,24 @@ def _root_pairs(tensors, grad_tensors) -> list[tuple[Any, Any]]:
     return pairs
 
 
+_post_backward_hooks: dict[int, Any] = {}
+_hook_ids = itertools.count()
+
+
+def register_post_backward_hook(hook) -> Any:
+    """Call ``hook()`` on the calling thread after every :func:`backward` has stored its
+    gradients into ``.grad`` (DistributedDataParallel reduces them there). Returns a
+    function that removes the hook."""
+    key = next(_hook_ids)
+    _post_backward_hooks[key] = hook
+    return lambda: _post_backward_hooks.pop(key, None)
+
+
+def _run_post_backward_hooks() -> None:
+    for hook in list(_post_backward_hooks.values()):
+        hook()
+
+
 def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, create_graph: bool = False,
              inputs=None) -> None:
     """Accumulate d(tensors)/d(leaf) into ``.grad`` of every leaf that requires grad.
@@ -526,8 +544,10 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, creat
         for t, g in zip(inputs, grads):
             if g is not None:
                 _store_leaf_grad(t, g)
+        _run_post_backward_hooks()
         return
     run_backward(pairs, retain_graph=bool(retain_graph))
+    _run_post_backward_hooks()
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
