@@ -134,12 +134,22 @@ def test_reductions_of_both_kernel_variants(dev, shape, dims):
     np.testing.assert_allclose(softmax, want / want.sum(axis=last, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
-def test_matmul_transposed_batched_and_large(dev):
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["rows", "dots", "tiles"])
+def test_matmul_kernels_on_odd_sizes_batches_and_views(dev, layout, dtype):
+    """b with contiguous rows, b as a transposed view (x @ w.T), both operands transposed: each
+    layout takes its own kernel on a CPU device; sizes off every tile and vector width."""
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((3, 70, 129)).astype(np.float32)
-    b = rng.standard_normal((129, 65)).astype(np.float32)
-    got = (oar.tensor(a) @ oar.tensor(b.T.copy()).T).numpy()  # b as a transposed view, broadcast over batch
-    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    a = rng.standard_normal((3, 70, 129)).astype(dtype)
+    b = rng.standard_normal((129, 65)).astype(dtype)
+    if layout == "rows":
+        left, right = oar.tensor(a), oar.tensor(b)
+    elif layout == "dots":
+        left, right = oar.tensor(a), oar.tensor(b.T.copy()).T
+    else:
+        left, right = oar.tensor(a.transpose(0, 2, 1).copy()).transpose(1, 2), oar.tensor(b.T.copy()).T
+    got = (left @ right).numpy()  # b broadcast over a's batch
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4 if dtype == "float32" else 1e-12, atol=1e-4)
 
 
 # ---- what only this plugin has ------------------------------------------------------------------------

@@ -41,6 +41,8 @@ static const struct {
     [K_CE_REDUCE_F] = {PROGRAM_REDUCE, "ce_reduce_F"}, [K_CE_REDUCE_D] = {PROGRAM_REDUCE, "ce_reduce_D"},
     [K_CE_BACKWARD_F] = {PROGRAM_REDUCE, "ce_backward_F"}, [K_CE_BACKWARD_D] = {PROGRAM_REDUCE, "ce_backward_D"},
     [K_MATMUL_F] = {PROGRAM_NN, "matmul_F"}, [K_MATMUL_D] = {PROGRAM_NN, "matmul_D"},
+    [K_MATMUL_ROWS_F] = {PROGRAM_NN, "matmul_rows_F"}, [K_MATMUL_ROWS_D] = {PROGRAM_NN, "matmul_rows_D"},
+    [K_MATMUL_DOTS_F] = {PROGRAM_NN, "matmul_dots_F"}, [K_MATMUL_DOTS_D] = {PROGRAM_NN, "matmul_dots_D"},
     [K_CONV2D_F] = {PROGRAM_NN, "conv2d_F"}, [K_CONV2D_D] = {PROGRAM_NN, "conv2d_D"},
     [K_CONV2D_BI_F] = {PROGRAM_NN, "conv2d_backward_input_F"},
     [K_CONV2D_BI_D] = {PROGRAM_NN, "conv2d_backward_input_D"},
@@ -95,12 +97,16 @@ static void append(text* t, const char* s) {
 /* body instantiated for a family: T, ACC, FAM(name), LD, ST */
 static void instantiate(text* t, const char* body, char family) {
   static const char* const heads[] = {
-      "#define T float\n#define ACC acc_t\n#define FAM(name) name##_F\n#define LD ld_F\n#define ST st_F\n",
-      "#define T double\n#define ACC double\n#define FAM(name) name##_D\n#define LD ld_D\n#define ST st_D\n",
-      "#define T long\n#define ACC long\n#define FAM(name) name##_L\n#define LD ld_L\n#define ST st_L\n"};
+      "#define T float\n#define ACC acc_t\n#define FAM(name) name##_F\n#define LD ld_F\n#define ST st_F\n"
+      "#define FAMILY_F 1\n",
+      "#define T double\n#define ACC double\n#define FAM(name) name##_D\n#define LD ld_D\n#define ST st_D\n"
+      "#define FAMILY_D 1\n",
+      "#define T long\n#define ACC long\n#define FAM(name) name##_L\n#define LD ld_L\n#define ST st_L\n"
+      "#define FAMILY_L 1\n"};
   append(t, heads[family == 'F' ? 0 : family == 'D' ? 1 : 2]);
   append(t, body);
-  append(t, "\n#undef T\n#undef ACC\n#undef FAM\n#undef LD\n#undef ST\n");
+  append(t, "\n#undef T\n#undef ACC\n#undef FAM\n#undef LD\n#undef ST\n#undef FAMILY_F\n#undef FAMILY_D\n"
+            "#undef FAMILY_L\n");
 }
 
 static char* program_source(const ocl_device* dev, int program) {

@@ -82,11 +82,26 @@ static oar_status run_matmul(ocl_launch* L, const char* op) {
   arg_mem(&args, out->mem);
   arg_mem(&args, a->mem);
   arg_mem(&args, b->mem);
+  bool f64 = out->dtype == DT_F64;
+  if (L->dev->type & CL_DEVICE_TYPE_CPU) {
+    /* CPU devices: vectors along a contiguous dim beat local-memory tiles */
+    size_t width = f64 ? 8 : 16, rows = 4; /* MV_WIDTH, MV_ROWS of nn.cl */
+    if (g.b_col == 1 && g.out_col == 1) {
+      size_t global[3] = {(size_t)((cols + width - 1) / width), (size_t)((m + rows - 1) / rows), (size_t)g.batch};
+      size_t local[3] = {1, 1, 1};
+      return ocl_enqueue(L->stream, f64 ? K_MATMUL_ROWS_D : K_MATMUL_ROWS_F, &args, 3, global, local, op);
+    }
+    if (g.a_col == 1 && g.b_row == 1) {
+      size_t global[3] = {(size_t)((cols + rows - 1) / rows), (size_t)((m + rows - 1) / rows), (size_t)g.batch};
+      size_t local[3] = {1, 1, 1};
+      return ocl_enqueue(L->stream, f64 ? K_MATMUL_DOTS_D : K_MATMUL_DOTS_F, &args, 3, global, local, op);
+    }
+  }
   const size_t block = 64, tile = 16; /* MM_BLOCK, MM_TILE of nn.cl */
   size_t global[3] = {(size_t)((cols + block - 1) / block) * tile, (size_t)((m + block - 1) / block) * tile,
                       (size_t)g.batch};
   size_t local[3] = {tile, tile, 1};
-  return ocl_enqueue(L->stream, out->dtype == DT_F64 ? K_MATMUL_D : K_MATMUL_F, &args, 3, global, local, op);
+  return ocl_enqueue(L->stream, f64 ? K_MATMUL_D : K_MATMUL_F, &args, 3, global, local, op);
 }
 
 oar_status ocl_op_matmul(ocl_launch* L) { return run_matmul(L, "matmul"); }

@@ -61,6 +61,103 @@ kernel void FAM(matmul)(g_matmul g, global T* po, global const T* pa, global con
   }
 }
 
+/* ---- matmul for CPU devices: explicit vectors instead of local-memory tiles ---------------- */
+
+#ifdef FAMILY_F
+#define MV_VEC float16
+#define MV_LOAD vload16
+#define MV_STORE vstore16
+#define MV_WIDTH 16
+#else
+#define MV_VEC double8
+#define MV_LOAD vload8
+#define MV_STORE vstore8
+#define MV_WIDTH 8
+#endif
+#define MV_ROWS 4
+
+/* b rows contiguous (b_col == 1), out rows contiguous (out_col == 1): one work item
+   computes MV_ROWS x MV_WIDTH outputs as rows of vectors, k in order.
+   global = (ceil(n / MV_WIDTH), ceil(m / MV_ROWS), batch). */
+kernel void FAM(matmul_rows)(g_matmul g, global T* po, global const T* pa, global const T* pb) {
+  long n0 = (long)get_global_id(0) * MV_WIDTH, m0 = (long)get_global_id(1) * MV_ROWS;
+  if (n0 >= g.n || m0 >= g.m) return;
+  long off[3];
+  FAM(mm_batch)(&g, get_global_id(2), off);
+  long rows[MV_ROWS];
+  for (int i = 0; i < MV_ROWS; i++) rows[i] = off[0] + min(m0 + i, g.m - 1) * g.a_row;
+  if (n0 + MV_WIDTH <= g.n) {
+    MV_VEC acc0 = (MV_VEC)(0), acc1 = (MV_VEC)(0), acc2 = (MV_VEC)(0), acc3 = (MV_VEC)(0);
+    global const T* b = pb + off[1] + n0;
+    for (long k = 0; k < g.k; k++) {
+      MV_VEC bv = MV_LOAD(0, b + k * g.b_row);
+      long ak = k * g.a_col;
+      acc0 += pa[rows[0] + ak] * bv;
+      acc1 += pa[rows[1] + ak] * bv;
+      acc2 += pa[rows[2] + ak] * bv;
+      acc3 += pa[rows[3] + ak] * bv;
+    }
+    global T* out = po + off[2] + n0;
+    MV_STORE(acc0, 0, out + m0 * g.out_row);
+    if (m0 + 1 < g.m) MV_STORE(acc1, 0, out + (m0 + 1) * g.out_row);
+    if (m0 + 2 < g.m) MV_STORE(acc2, 0, out + (m0 + 2) * g.out_row);
+    if (m0 + 3 < g.m) MV_STORE(acc3, 0, out + (m0 + 3) * g.out_row);
+    return;
+  }
+  for (int i = 0; i < MV_ROWS && m0 + i < g.m; i++) /* the last, partial column strip */
+    for (long col = n0; col < g.n; col++) {
+      T acc = (T)0;
+      for (long k = 0; k < g.k; k++) acc += pa[rows[i] + k * g.a_col] * pb[off[1] + k * g.b_row + col];
+      po[off[2] + (m0 + i) * g.out_row + col] = acc;
+    }
+}
+
+/* a rows and b columns contiguous along k (a_col == 1, b_row == 1: x @ w.T):
+   MV_ROWS x MV_ROWS dot products with vectors along k, summed at the end.
+   global = (ceil(n / MV_ROWS), ceil(m / MV_ROWS), batch). */
+kernel void FAM(matmul_dots)(g_matmul g, global T* po, global const T* pa, global const T* pb) {
+  long n0 = (long)get_global_id(0) * MV_ROWS, m0 = (long)get_global_id(1) * MV_ROWS;
+  if (n0 >= g.n || m0 >= g.m) return;
+  long off[3];
+  FAM(mm_batch)(&g, get_global_id(2), off);
+  global const T* a[MV_ROWS];
+  global const T* b[MV_ROWS];
+  for (int i = 0; i < MV_ROWS; i++) {
+    a[i] = pa + off[0] + min(m0 + i, g.m - 1) * g.a_row;
+    b[i] = pb + off[1] + min(n0 + i, g.n - 1) * g.b_col;
+  }
+  MV_VEC acc[MV_ROWS][MV_ROWS];
+  for (int i = 0; i < MV_ROWS; i++)
+    for (int j = 0; j < MV_ROWS; j++) acc[i][j] = (MV_VEC)(0);
+  long k = 0;
+  for (; k + MV_WIDTH <= g.k; k += MV_WIDTH) {
+    MV_VEC av[MV_ROWS], bv[MV_ROWS];
+    for (int i = 0; i < MV_ROWS; i++) {
+      av[i] = MV_LOAD(0, a[i] + k);
+      bv[i] = MV_LOAD(0, b[i] + k);
+    }
+    for (int i = 0; i < MV_ROWS; i++)
+      for (int j = 0; j < MV_ROWS; j++) acc[i][j] += av[i] * bv[j];
+  }
+  for (int i = 0; i < MV_ROWS; i++) {
+    if (m0 + i >= g.m) break;
+    for (int j = 0; j < MV_ROWS && n0 + j < g.n; j++) {
+      T lanes[MV_WIDTH];
+      MV_STORE(acc[i][j], 0, lanes);
+      T sum = (T)0;
+      for (int l = 0; l < MV_WIDTH; l++) sum += lanes[l];
+      for (long r = k; r < g.k; r++) sum += a[i][r] * b[j][r];
+      po[off[2] + (m0 + i) * g.out_row + (n0 + j) * g.out_col] = sum;
+    }
+  }
+}
+
+#undef MV_VEC
+#undef MV_LOAD
+#undef MV_STORE
+#undef MV_WIDTH
+#undef MV_ROWS
+
 /* ---- conv2d (NCHW), direct -------------------------------------------------------------- */
 
 inline long FAM(x_at)(const g_conv* g, long n, long c, long h, long w) {
