@@ -67,10 +67,11 @@ def test_the_entry_point_loads_it_beside_refcpu_which_stays_the_default(usable):
     assert usable["warnings"] == []
 
 
-def test_disable_leaves_it_out_without_a_warning(usable):
-    report = discover(OAR_OPENCL_DISABLE="1")
-    assert opencl_records(report) == []
-    assert report["warnings"] == [] and "opencl" not in report["loaded"]
+def test_disabled_or_without_a_driver_it_is_left_out_without_a_warning(usable, tmp_path):
+    for overrides in ({"OAR_OPENCL_DISABLE": "1"}, {"OCL_ICD_VENDORS": str(tmp_path)}):
+        report = discover(**overrides)
+        assert opencl_records(report) == [], overrides
+        assert report["warnings"] == [] and "opencl" not in report["loaded"], overrides
 
 
 def test_device_type_name_from_the_environment(usable):
@@ -88,8 +89,12 @@ def test_no_matching_platform_is_a_clear_failure_not_a_broken_import(usable):
     assert report["default"] == "refcpu:0"
 
 
-def test_entry_point_callable_without_a_plugin_returns_none(monkeypatch):
+def test_entry_point_offers_nothing_when_disabled_unbuilt_or_without_a_driver(monkeypatch, tmp_path):
+    monkeypatch.delenv("OCL_ICD_FILENAMES", raising=False)
     monkeypatch.setenv("OAR_OPENCL_DISABLE", "1")
     assert opencl_path() is None
     monkeypatch.setenv("OAR_OPENCL_DISABLE", "0")
-    assert opencl_path() == opencl_library()
+    monkeypatch.setenv("OCL_ICD_VENDORS", str(tmp_path))  # an empty vendors directory: no driver
+    assert opencl_path() is None
+    (tmp_path / "some.icd").write_text("libsome.so\n")
+    assert opencl_path() == opencl_library()  # None where the plugin was not built

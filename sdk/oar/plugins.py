@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["refcpu_path", "opencl_path", "opencl_library"]
+__all__ = ["refcpu_path", "opencl_path", "opencl_library", "opencl_driver_registered"]
 
 _PLUGINS = Path(__file__).resolve().parent / "_plugins"
 
@@ -22,9 +22,25 @@ def opencl_library() -> str | None:
     return str(path) if path.is_file() else None
 
 
+def opencl_driver_registered() -> bool:
+    """Whether the OpenCL ICD loader has a driver to offer: a ``*.icd`` file in
+    ``OCL_ICD_VENDORS`` (default ``/etc/OpenCL/vendors``) or ``OCL_ICD_FILENAMES`` set."""
+    if os.environ.get("OCL_ICD_FILENAMES"):
+        return True
+    vendors = os.environ.get("OCL_ICD_VENDORS") or "/etc/OpenCL/vendors"
+    if os.path.isfile(vendors):
+        return True
+    try:
+        return any(name.endswith(".icd") for name in os.listdir(vendors))
+    except OSError:
+        return False
+
+
 def opencl_path() -> str | None:
     """The entry point of the OpenCL reference plugin: its path, or None (not offered,
-    no warning) when it was not built or ``OAR_OPENCL_DISABLE=1``."""
-    if os.environ.get("OAR_OPENCL_DISABLE", "") == "1":
+    no record, no warning) when it was not built, no OpenCL driver is registered, or
+    ``OAR_OPENCL_DISABLE=1``. (A registered driver that finds no device is a failed
+    plugin with the reason, as any other.)"""
+    if os.environ.get("OAR_OPENCL_DISABLE", "") == "1" or not opencl_driver_registered():
         return None
     return opencl_library()
