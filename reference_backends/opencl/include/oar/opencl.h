@@ -73,7 +73,8 @@
  *     ... within the OpenCL C ulp bounds), not the CPU plugin's polynomials;
  *   - float32 sums, norms and softmax accumulate in double where the device
  *     has cl_khr_fp64, else in float with a tree over each work group;
- *     matmul and conv accumulate in the input dtype;
+ *     matmul and conv accumulate in the input dtype (on CPU devices matmul
+ *     uses vectors along a contiguous dim, elsewhere local-memory tiles);
  *   - rand is bit-exact everywhere; randn is bit-exact in float32 where the
  *     device's double log1p / sqrt / cos / sin agree with the host's libm to
  *     the rounding (computed in float, not bit-exact, without cl_khr_fp64);
@@ -87,12 +88,22 @@
  *
  * Choices where oar/device_api.h leaves room
  * -------------------------------------------
+ * - Entry points other than oar_plugin_init and init return
+ *   OAR_ERROR_NOT_INITIALIZED before init and after finalize; finalize may be
+ *   followed by init.
  * - Streams are in-order command queues with CL_QUEUE_PROFILING_ENABLE; the
- *   only stream priority is 0. Events are markers; timing comes from the
- *   markers' profiling timestamps (resolution of the driver's timer).
- *   stream_wait_event enqueues a barrier on the event's marker;
- *   stream_add_callback runs the callback from a clSetEventCallback of a
- *   marker, and later work waits on a user event it completes afterwards.
+ *   only stream priority is 0. stream_query looks at the stream's last
+ *   command. Events are markers; timing comes from the markers' profiling
+ *   timestamps (resolution of the driver's timer). stream_wait_event enqueues
+ *   a barrier on the event's marker. stream_add_callback enqueues a marker
+ *   and a barrier on a user event: the marker's clSetEventCallback hands the
+ *   callback to a thread of the stream's own (never the caller's, never the
+ *   driver's), which runs it and then completes the user event, so later
+ *   work waits for the callback to return.
+ * - Failed work (a bad index, or _opencl_fault) is recorded in the stream's
+ *   status block on the device; stream_synchronize / device_synchronize
+ *   report it once, event_synchronize for a record after it, callbacks get
+ *   its status.
  * - Capabilities: OAR_CAP_TIMING_EVENTS.
  * - Synchronous copies and memsets go through a separate queue per device.
  * - host_alloc is page-aligned ordinary memory (the fallback's memory): a
@@ -107,8 +118,12 @@
  *   OAR_OPENCL_DEVICE_TYPE  cpu | gpu | accelerator | all; default: the GPUs
  *                           if any platform has one, else all devices
  *   OAR_OPENCL_NAME         device-type name, [a-z][a-z0-9_]{0,31}, default "opencl"
- * (oar's entry point for this plugin, oar.plugins.opencl_path, also reads
- * OAR_OPENCL_DISABLE=1: oar then does not load it.)
+ *   OAR_OPENCL_FAULT_INJECTION  1: kernel_query knows op "_opencl_fault" (no
+ *                           inputs, one output of a cast dtype) whose launch
+ *                           fails on the device with OAR_ERROR_INTERNAL, for
+ *                           `conformance run --fault-op _opencl_fault`
+ * (oar's entry point for this plugin, oar.plugins.opencl_path, offers it only
+ * where an OpenCL driver is registered and OAR_OPENCL_DISABLE is not 1.)
  * init fails with OAR_ERROR_DEVICE_LOST, and logs why, when no platform or
  * no device matches.
  */
