@@ -262,6 +262,62 @@ static void test_streams_and_events(void) {
   EXPECT_STATUS(api->stream_synchronize(s1), OAR_ERROR_INVALID_HANDLE, "not live");
 }
 
+/* A callback that creates and destroys a stream and enqueues on another one, while the
+   main thread waits in device_synchronize (which must not hold a lock the callback needs). */
+typedef struct busy_callback {
+  oar_stream other;
+  void* buffer;
+  oar_status status;
+} busy_callback;
+
+static void busy(oar_stream stream, oar_status status, void* user_data) {
+  (void)stream;
+  (void)status;
+  busy_callback* b = user_data;
+  oar_stream fresh = NULL;
+  sleep_ms(20);
+  b->status = api->stream_create(0, 0, 0, &fresh);
+  if (b->status == OAR_SUCCESS) b->status = api->mem_set_async(b->other, b->buffer, 7, 64);
+  if (b->status == OAR_SUCCESS) b->status = api->stream_destroy(fresh);
+}
+
+typedef struct profile_count {
+  int records;
+  bool ordered;
+  int64_t last_end;
+} profile_count;
+
+static void count_record(const oar_profile_record* record, void* user_data) {
+  profile_count* c = user_data;
+  c->records++;
+  c->ordered &= record->end_ns >= c->last_end && record->start_ns <= record->end_ns;
+  c->last_end = record->end_ns;
+}
+
+static void test_callbacks_and_profiler(void) {
+  oar_stream s1 = NULL, s2 = NULL;
+  EXPECT_OK(api->stream_create(0, 0, 0, &s1));
+  EXPECT_OK(api->stream_create(0, 0, 0, &s2));
+  EXPECT_OK(api->profiler_start(0));
+  EXPECT_STATUS(api->profiler_start(0), OAR_ERROR_NOT_READY, "already started");
+  busy_callback b = {.other = s2, .buffer = upload(NULL, 64)};
+  EXPECT_OK(api->stream_add_callback(s1, busy, &b));
+  EXPECT_OK(api->device_synchronize(0));
+  EXPECT_OK(b.status);
+  EXPECT_OK(api->stream_synchronize(s2));
+  unsigned char bytes[64];
+  download(bytes, b.buffer, sizeof bytes);
+  CHECK(bytes[0] == 7 && bytes[63] == 7);
+  EXPECT_OK(api->profiler_stop(0));
+  profile_count c = {.ordered = true};
+  EXPECT_OK(api->profiler_collect(0, count_record, &c));
+  CHECK(c.records >= 1 && c.ordered);
+  EXPECT_STATUS(api->profiler_collect(0, NULL, NULL), OAR_ERROR_INVALID_ARGUMENT, "sink");
+  EXPECT_OK(api->mem_free(0, b.buffer));
+  EXPECT_OK(api->stream_destroy(s1));
+  EXPECT_OK(api->stream_destroy(s2));
+}
+
 /* ---- library kernels ------------------------------------------------------------------------------- */
 
 /* Philox-4x32-10 words 0 and 1 (the mapping of oar/refcpu.h), for rand's expected bits. */
@@ -512,6 +568,7 @@ int main(int argc, char** argv) {
   test_environment();
   test_memory();
   test_streams_and_events();
+  test_callbacks_and_profiler();
   test_kernels();
   test_modules();
   EXPECT_OK(api->finalize());

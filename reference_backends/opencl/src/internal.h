@@ -119,7 +119,8 @@ typedef struct ocl_device {
   size_t alloc_count, alloc_capacity;
   uint64_t allocated_bytes;
 
-  pthread_mutex_t lock; /* programs, stream list, profiler */
+  pthread_mutex_t lock;         /* the stream list: never held while waiting */
+  pthread_mutex_t profile_lock; /* the profiler's records */
   cl_program programs[PROGRAM_COUNT];
   cl_int program_status[PROGRAM_COUNT]; /* CL_SUCCESS once built; a failure is kept */
   char* program_log[PROGRAM_COUNT];
@@ -170,6 +171,7 @@ typedef struct ocl_status_block {
 } ocl_status_block;
 
 struct ocl_stream {
+  atomic_int refs; /* the handle's, plus device_synchronize's while it waits */
   int32_t device;
   uint64_t handle;
   uint64_t id;

@@ -133,6 +133,7 @@ static oar_status open_device(ocl_device* dev, cl_platform_id platform, cl_devic
   dev->va_span = UINT64_C(1) << 40;
   pthread_rwlock_init(&dev->alloc_lock, NULL);
   pthread_mutex_init(&dev->lock, NULL);
+  pthread_mutex_init(&dev->profile_lock, NULL);
   for (int k = 0; k < K_COUNT; k++) pthread_mutex_init(&dev->kernels[k].lock, NULL);
   return OAR_SUCCESS;
 }
@@ -148,6 +149,7 @@ static void close_device(ocl_device* dev) {
   clReleaseContext(dev->context);
   pthread_rwlock_destroy(&dev->alloc_lock);
   pthread_mutex_destroy(&dev->lock);
+  pthread_mutex_destroy(&dev->profile_lock);
   for (int k = 0; k < K_COUNT; k++) pthread_mutex_destroy(&dev->kernels[k].lock);
   memset(dev, 0, sizeof *dev);
 }

@@ -164,6 +164,7 @@ oar_status ocl_stream_create(int32_t device, uint32_t flags, int32_t priority, o
     return ocl_fail_cl(error, "stream_create", "creating the command queue");
   }
   atomic_init(&block->refs, 1);
+  atomic_init(&stream->refs, 1);
   stream->status = block;
   stream->device = device;
   stream->id = atomic_fetch_add(&next_stream_id, 1);
@@ -197,6 +198,10 @@ static void stream_free(ocl_stream* stream) {
   free(stream);
 }
 
+static void stream_unref(ocl_stream* stream) {
+  if (atomic_fetch_sub(&stream->refs, 1) == 1) stream_free(stream);
+}
+
 oar_status ocl_stream_destroy(oar_stream handle) {
   OCL_TRY(ocl_check_ready("stream_destroy"));
   ocl_stream* stream = handle ? registry_remove(HANDLE_STREAM, (uint64_t)(uintptr_t)handle) : NULL;
@@ -207,7 +212,7 @@ oar_status ocl_stream_destroy(oar_stream handle) {
   while (*link && *link != stream) link = &(*link)->next_in_device;
   if (*link) *link = stream->next_in_device;
   pthread_mutex_unlock(&dev->lock);
-  stream_free(stream);
+  stream_unref(stream); /* freed now, or by a device_synchronize still waiting on it */
   return OAR_SUCCESS;
 }
 
@@ -261,16 +266,31 @@ oar_status ocl_device_synchronize(int32_t device) {
   ocl_device* dev = &g_ocl.devices[device];
   oar_status first = OAR_SUCCESS;
   char message[OCL_ERROR_BYTES] = "";
+  /* hold references, not the lock, while waiting: a callback may create or destroy streams */
   pthread_mutex_lock(&dev->lock);
+  size_t count = 0;
+  for (ocl_stream* stream = dev->streams; stream; stream = stream->next_in_device) count++;
+  ocl_stream** streams = count ? malloc(count * sizeof *streams) : NULL;
+  if (count && !streams) {
+    pthread_mutex_unlock(&dev->lock);
+    return ocl_fail(OAR_ERROR_OUT_OF_MEMORY, "device_synchronize: out of host memory");
+  }
+  count = 0;
   for (ocl_stream* stream = dev->streams; stream; stream = stream->next_in_device) {
-    oar_status status = finish_queue(stream->queue, "device_synchronize");
-    if (status == OAR_SUCCESS) status = stream_collect_error(stream, "device_synchronize");
+    atomic_fetch_add(&stream->refs, 1);
+    streams[count++] = stream;
+  }
+  pthread_mutex_unlock(&dev->lock);
+  for (size_t i = 0; i < count; i++) {
+    oar_status status = finish_queue(streams[i]->queue, "device_synchronize");
+    if (status == OAR_SUCCESS) status = stream_collect_error(streams[i], "device_synchronize");
     if (status != OAR_SUCCESS && first == OAR_SUCCESS) {
       first = status;
       snprintf(message, sizeof message, "%s", ocl_get_last_error_message());
     }
+    stream_unref(streams[i]);
   }
-  pthread_mutex_unlock(&dev->lock);
+  free(streams);
   oar_status status = finish_queue(dev->sync_queue, "device_synchronize");
   if (first != OAR_SUCCESS) return ocl_fail(first, "%s", message);
   return status;
@@ -625,9 +645,9 @@ static void profile_command(ocl_device* dev, ocl_stream* stream, cl_event event,
                             const char* category) {
   if (!dev->profiling) return;
   ocl_profile_entry* entry = calloc(1, sizeof *entry);
-  pthread_mutex_lock(&dev->lock);
+  pthread_mutex_lock(&dev->profile_lock);
   if (!entry || !dev->profiling) {
-    pthread_mutex_unlock(&dev->lock);
+    pthread_mutex_unlock(&dev->profile_lock);
     free(entry);
     return;
   }
@@ -639,7 +659,7 @@ static void profile_command(ocl_device* dev, ocl_stream* stream, cl_event event,
   if (dev->profile_tail) dev->profile_tail->next = entry;
   else dev->profile_head = entry;
   dev->profile_tail = entry;
-  pthread_mutex_unlock(&dev->lock);
+  pthread_mutex_unlock(&dev->profile_lock);
 }
 
 void ocl_stream_enqueued(ocl_stream* stream, cl_event event, const char* name, const char* category) {
@@ -672,14 +692,14 @@ oar_status ocl_profiler_start(int32_t device) {
   if (marker) clReleaseEvent(marker);
   clReleaseCommandQueue(queue);
   if (error != CL_SUCCESS) return ocl_fail_cl(error, "profiler_start", "timing a marker");
-  pthread_mutex_lock(&dev->lock);
+  pthread_mutex_lock(&dev->profile_lock);
   if (dev->profiling) {
-    pthread_mutex_unlock(&dev->lock);
+    pthread_mutex_unlock(&dev->profile_lock);
     return ocl_fail(OAR_ERROR_NOT_READY, "profiler_start: the profiler of device %d is already started", device);
   }
   dev->clock_offset_ns = (before + after) / 2 - (int64_t)stamp;
   dev->profiling = true;
-  pthread_mutex_unlock(&dev->lock);
+  pthread_mutex_unlock(&dev->profile_lock);
   return OAR_SUCCESS;
 }
 
@@ -687,10 +707,10 @@ oar_status ocl_profiler_stop(int32_t device) {
   OCL_TRY(ocl_check_ready("profiler_stop"));
   OCL_TRY(ocl_check_device("profiler_stop", device));
   ocl_device* dev = &g_ocl.devices[device];
-  pthread_mutex_lock(&dev->lock);
+  pthread_mutex_lock(&dev->profile_lock);
   bool was = dev->profiling;
   dev->profiling = false;
-  pthread_mutex_unlock(&dev->lock);
+  pthread_mutex_unlock(&dev->profile_lock);
   if (!was) return ocl_fail(OAR_ERROR_NOT_READY, "profiler_stop: the profiler of device %d is not started", device);
   return OAR_SUCCESS;
 }
@@ -706,7 +726,7 @@ oar_status ocl_profiler_collect(int32_t device, oar_profile_sink sink, void* use
   if (!sink) return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "profiler_collect: sink is NULL");
   ocl_device* dev = &g_ocl.devices[device];
   /* take the completed entries out under the lock, call the sink without it */
-  pthread_mutex_lock(&dev->lock);
+  pthread_mutex_lock(&dev->profile_lock);
   ocl_profile_entry *done = NULL, **done_tail = &done, **link = &dev->profile_head;
   size_t count = 0;
   dev->profile_tail = NULL;
@@ -724,7 +744,7 @@ oar_status ocl_profiler_collect(int32_t device, oar_profile_sink sink, void* use
     }
   }
   int64_t offset = dev->clock_offset_ns;
-  pthread_mutex_unlock(&dev->lock);
+  pthread_mutex_unlock(&dev->profile_lock);
   oar_profile_record* records = count ? calloc(count, sizeof *records) : NULL;
   size_t used = 0;
   for (ocl_profile_entry* entry = done; entry; entry = entry->next) {
