@@ -1,5 +1,6 @@
-"""The ``oar`` command: ``oar info`` (plugins, devices, entry points) and
-``oar --include-dir`` (where device_api.h is installed, for vendors' builds)."""
+"""The ``oar`` command: ``oar info`` (plugins, devices, entry points),
+``oar --include-dir`` (where device_api.h is installed, for vendors' builds),
+``oar new-backend`` and ``oar ci render`` (a vendor's project and its CI)."""
 
 from __future__ import annotations
 
@@ -123,6 +124,13 @@ def _print_plugin(console: Console, plugin: dict, host_abi: str) -> None:
         else:
             device_table.add_row("memory free", "unknown (no device_memory_info)")
         console.print(device_table)
+
+
+# The vendor's tooling: `oar new-backend` and `oar ci render` (oar/scaffold/cli.py).
+from oar.scaffold.cli import ci as _ci, new_backend as _new_backend  # noqa: E402
+
+main.add_command(_new_backend)
+main.add_command(_ci)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,293 @@
+"""``oar new-backend``: a vendor's plugin project, generated so that it builds on day one.
+
+The project (see ``templates/``) is a C plugin over host memory: every REQUIRED entry of
+``device_api.h`` works (streams run their work at once, events complete when recorded), every
+other entry is a stub returning ``OAR_ERROR_NOT_SUPPORTED`` that stays out of the function table
+until its group is switched on, and every op of ``ops.yaml`` has a kernel stub (``add`` and
+``full`` implemented for float32 as examples; the others fall back to the host). The function
+table and the prototypes come from the header's doc comments (:mod:`oar.abi_doc`), the kernel
+stubs from ``ops.yaml``; nothing lists entries or ops by hand.
+
+The expected-results file the project ships is derived here from the conformance suite's own
+requirements (what each test needs: entries, capabilities, devices) applied to what the
+generated plugin provides; ``tests/test_new_backend.py`` runs the suite on a generated project
+and checks that it gives exactly that.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from oar import abi_doc
+
+__all__ = ["Plugin", "NAME_PATTERN", "generate", "expected_results", "load_ops", "ProjectError"]
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# The kernels the scaffold implements, as examples: op -> {test dtype: kernel_query signature}.
+EXAMPLE_KERNELS = {
+    "add": {"float32": "float32 float32 float32"},
+    "full": {"float32": "float32"},
+}
+_ATTR_TYPES = {"int": "OAR_ATTR_INT", "float": "OAR_ATTR_FLOAT", "bool": "OAR_ATTR_BOOL", "ints": "OAR_ATTR_INTS",
+               "floats": "OAR_ATTR_FLOATS", "string": "OAR_ATTR_STRING", "dtype": "OAR_ATTR_DTYPE"}
+_C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
+               "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
+               "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
+               "volatile", "while", "oar", "test", "lib"}
+
+
+class ProjectError(ValueError):
+    """A name that cannot make a project, or a directory that is in the way."""
+
+
+@dataclass
+class Plugin:
+    """What a generated plugin provides, as the conformance suite sees it."""
+
+    entries: set[str]
+    capabilities: set[str] = field(default_factory=set)
+    device_count: int = 1
+    kernels: dict[str, set[str]] = field(default_factory=dict)  # op -> dtypes of its tests it serves
+    fault_op: str | None = None
+
+
+# ---- the op set ----------------------------------------------------------------------------
+
+def _ops_path() -> Path:
+    override = os.environ.get("OAR_OPS_YAML")
+    if override:
+        return Path(override)
+    here = Path(__file__).resolve().parents[1]
+    for candidate in (here / "ops.yaml", here.parents[1] / "interface" / "ops.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("ops.yaml is neither installed with oar nor in a source checkout")
+
+
+def load_ops(path: str | Path | None = None) -> dict:
+    """interface/ops.yaml as a document (the installed copy, else the source checkout's)."""
+    import yaml
+
+    with open(path or _ops_path(), encoding="utf-8") as file:
+        return yaml.safe_load(file)
+
+
+def _op_models(document: dict) -> tuple[list[dict], list[str]]:
+    """(the non-view ops as template data, the names of the view ops)."""
+    sets = document.get("dtype_sets") or {}
+    ops, views = [], []
+    for op_name, spec in document["ops"].items():
+        if spec["kind"] == "view":
+            views.append(op_name)
+            continue
+        inputs = [str(item) for item in spec.get("inputs") or []]
+        if any(item.endswith("...") for item in inputs):
+            raise ValueError(f"ops.yaml: {op_name}: a list input outside a view op; the scaffold cannot stub it")
+        optional = [item.endswith("?") for item in inputs]
+        dtypes = spec["dtypes"]
+        dtypes = list(sets[dtypes]) if isinstance(dtypes, str) else [str(d) for d in dtypes]
+        attrs = []
+        for attr_name, attr in (spec.get("attrs") or {}).items():
+            attrs.append({"name": attr_name, "type": attr["type"], "c_type": _ATTR_TYPES[attr["type"]],
+                          "required": "default" not in attr, "default": attr.get("default"),
+                          "doc": attr.get("doc", "")})
+        outputs = [str(item) for item in spec.get("outputs") or []]
+        example = EXAMPLE_KERNELS.get(op_name)
+        ops.append({
+            "name": op_name, "kind": spec["kind"], "semantics": str(spec.get("semantics", "")).strip(),
+            "inputs": [item.rstrip("?") for item in inputs],
+            "input_text": ", ".join(inputs) if inputs else "none",
+            "min_inputs": sum(1 for flag in optional if not flag), "max_inputs": len(inputs),
+            "outputs": outputs, "attrs": attrs, "dtypes": dtypes, "out_dtype": str(spec.get("out_dtype")),
+            "broadcast": bool(spec.get("broadcast", False)),
+            "example": example is not None,
+            "signatures": sorted(example.values()) if example else [],
+            "example_signature": _example_signature(inputs, outputs, dtypes[0], str(spec.get("out_dtype"))),
+        })
+    return ops, views
+
+
+def _example_signature(inputs: list[str], outputs: list[str], first: str, out_dtype: str) -> str:
+    """A plausible kernel_query signature for the comment of a stub: the op's first dtype for its
+    data inputs, index inputs as int64, a condition as bool, the output by out_dtype."""
+    roles = {"indices": "int64", "target": "int64", "condition": "bool"}
+    listed = [roles.get(item.rstrip("?"), first) for item in inputs if not item.endswith("?")]
+    output = {"bool": "bool", "int64": "int64"}.get(out_dtype, out_dtype if out_dtype in _DTYPE_NAMES else first)
+    return " ".join(listed + [output] * len(outputs))
+
+
+_DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool")
+
+
+# ---- what the conformance suite should report ---------------------------------------------
+
+def scaffold_plugin(fault_op: str) -> Plugin:
+    """The generated plugin as it comes: the REQUIRED entries, one device, no capability."""
+    required = {entry.name for entry in abi_doc.entries() if entry.required}
+    kernels = {op: set(by_dtype) for op, by_dtype in EXAMPLE_KERNELS.items()}
+    return Plugin(entries=required, kernels=kernels, fault_op=fault_op)
+
+
+def expected_status(test, plugin: Plugin) -> str:
+    """The status the suite gives ``test`` (a registered TestCase) on ``plugin``.
+
+    The rules are the suite's own: a test skips when an entry it requires is not provided, a
+    capability it needs is not claimed or it needs more devices (the worker checks this metadata),
+    ``abi.optional.<entry>`` skips when the entry is absent, ``abi.sticky.*`` when there is no
+    fault op; an op test passes when the plugin has the kernel and reports ``fallback`` otherwise
+    (a gradient case always falls back: the backward runs other ops); everything else passes,
+    because the generated implementation does what the header says. A wrong guess between pass,
+    fallback and skip is a DIFFERENCE in a run, never a failure.
+    """
+    if any(entry not in plugin.entries for entry in test.requires):
+        return "skip"
+    if any(capability not in plugin.capabilities for capability in test.capabilities):
+        return "skip"
+    if test.devices > plugin.device_count:
+        return "skip"
+    parts = test.id.split(".")
+    if parts[0] == "abi" and parts[1] == "optional":
+        groups = abi_doc.optional_groups()
+        wanted = groups.get(parts[2], [parts[2]])
+        return "pass" if all(entry in plugin.entries for entry in wanted) else "skip"
+    if parts[0] == "abi" and parts[1] == "sticky" and not plugin.fault_op:
+        return "skip"
+    if parts[0] == "ops":
+        # ops.<op>.<dtype>[.<case>]; a gradient case also runs the op's backward formula, made of
+        # other ops, and the scaffold has kernels for none of those
+        op, dtype, case = parts[1], parts[2], ".".join(parts[3:])
+        if case.startswith("grad"):
+            return "fallback"
+        return "pass" if dtype in plugin.kernels.get(op, ()) else "fallback"
+    return "pass"
+
+
+def expected_results(plugin: Plugin, *, quick: bool = False) -> dict[str, str]:
+    """{test id: status} of every registered test (or of the quick tier) on ``plugin``."""
+    from oar_conformance import levels, tiers
+
+    return {test.id: expected_status(test, plugin)
+            for test in tiers.select(list(levels.LEVEL_NAMES), quick=quick)}
+
+
+# ---- rendering -------------------------------------------------------------------------------
+
+def _environment(loader_root: Path):
+    import jinja2
+
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(loader_root)), undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    environment.filters["c_comment"] = lambda text: str(text).replace("*/", "* /")
+    return environment
+
+
+def _doc_comment(entry: abi_doc.Entry) -> str:
+    """The header's doc comment of an entry, as a C comment above its definition."""
+    import textwrap
+
+    lines = []
+    for paragraph in (f"{entry.name}: {entry.summary}",
+                      f"Requirement: {entry.requirement}" + (f" ({entry.requirement_note})" if entry.requirement_note
+                                                             else ""),
+                      f"Blocking: {entry.blocking}" if entry.blocking else "",
+                      f"Threads: {entry.threads}" if entry.threads else "",
+                      f"Status: {entry.status}" if entry.status else ""):
+        if paragraph:
+            lines.extend(textwrap.wrap(paragraph.replace("*/", "* /"), 96, subsequent_indent="  "))
+    return "/* " + "\n * ".join(lines) + "\n */"
+
+
+def _check_name(kind: str, value: str) -> None:
+    if not NAME_PATTERN.match(value):
+        raise ProjectError(f"{kind} {value!r} must be a lower-case identifier: [a-z][a-z0-9_]{{0,31}}")
+
+
+def generate(name: str, device_type: str, directory: str | Path | None = None, *,
+             ci: Iterable[str] = ("github",), force: bool = False) -> list[Path]:
+    """Write the project ``name`` for ``device_type`` into ``directory`` (default: ./name);
+    returns the files written. ``ci``: the CI systems to render (github, gitlab, jenkins)."""
+    from oar import __version__ as oar_version
+    from oar import ci as oar_ci
+    from oar_conformance import EXPECTED_SCHEMA_VERSION
+
+    _check_name("the project name", name)
+    if name in _C_KEYWORDS:
+        raise ProjectError(f"the project name {name!r} is a C keyword or clashes with Oar's names")
+    _check_name("the device type", device_type)
+    ci = list(dict.fromkeys(ci))
+    for system in ci:
+        if system not in oar_ci.SYSTEMS:
+            raise ProjectError(f"unknown CI system {system!r}; choose from {', '.join(oar_ci.SYSTEMS)}")
+    root = Path(directory) if directory is not None else Path(name)
+    if root.exists() and any(root.iterdir()) and not force:
+        raise ProjectError(f"{root} exists and is not empty (pass --force to write into it)")
+
+    header = abi_doc.header_text()
+    entries = abi_doc.entries(header)
+    by_name = {entry.name: entry for entry in entries}
+    document = load_ops()
+    ops, views = _op_models(document)
+    fault_op = f"_{name}_fault"
+    expected = expected_results(scaffold_plugin(fault_op), quick=False)
+    context = {
+        "name": name, "NAME": name.upper(), "device_type": device_type,
+        "distribution": name.replace("_", "-"),
+        "oar_version": oar_version, "abi_version": f"{header_define(header, 'MAJOR')}.{header_define(header, 'MINOR')}",
+        "entries": entries, "optional_groups": abi_doc.optional_groups(header),
+        "ops": ops, "views": views, "examples": sorted(EXAMPLE_KERNELS), "fault_op": fault_op,
+        "ops_schema_version": document.get("schema_version", 1),
+        "expected": expected, "expected_schema_version": EXPECTED_SCHEMA_VERSION,
+        "ci": ci, "doc": lambda entry_name: _doc_comment(by_name[entry_name]),
+    }
+    environment = _environment(TEMPLATES)
+
+    rendered: dict[str, str] = {}
+    stub_template = "src/stubs.c.j2"
+    readme_template = "README.md.j2"
+    templates = sorted(str(path.relative_to(TEMPLATES)) for path in TEMPLATES.rglob("*.j2")
+                       if not path.relative_to(TEMPLATES).parts[0].startswith("_"))
+    for template in templates:
+        if template not in (stub_template, readme_template):
+            rendered[template] = environment.get_template(template).render(context)
+    # Entries the hand-written sources define; every other one gets a NOT_SUPPORTED stub.
+    defined = set()
+    for template, text in rendered.items():
+        if template.endswith(".c.j2"):
+            defined.update(re.findall(rf"^(?:oar_status|const char\*) {re.escape(name)}_(\w+)\([^;{{]*\)\s*\{{",
+                                      text, re.M))
+    context["stubs"] = [entry for entry in entries if entry.name not in defined]
+    context["required_stubs"] = [entry.name for entry in context["stubs"] if entry.required]
+    context["ci_files"] = {system: oar_ci.PATHS[system] for system in ci}
+    rendered[stub_template] = environment.get_template(stub_template).render(context)
+    rendered[readme_template] = environment.get_template(readme_template).render(context)
+
+    written = []
+    for template, text in sorted(rendered.items()):
+        relative = template[:-len(".j2")].replace("__package__", name)
+        relative = "/".join("." + part[len("dot_"):] if part.startswith("dot_") else part
+                            for part in relative.split("/"))
+        written.append(_write(root / relative, text))
+    for system in ci:
+        text = oar_ci.render(system, device_type=device_type, expected="conformance/expected.yaml",
+                             fault_op=fault_op, project=name)
+        written.append(_write(root / oar_ci.PATHS[system], text))
+    return written
+
+
+def header_define(header: str, part: str) -> str:
+    match = re.search(rf"#define OAR_ABI_VERSION_{part}\s+(\d+)", header)
+    return match.group(1) if match else "?"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+    return path
