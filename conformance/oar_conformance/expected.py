@@ -7,7 +7,7 @@ A YAML mapping (version 1)::
     tests:
       abi.memory.mem_free.double_free: pass
       abi.event.timing.elapsed: skip
-      ops.matmul.float16: fail
+      ops.matmul.float32.large: fail
 
 Each status is pass, fail, skip or fallback (a run's ``error`` is written and
 compared as ``fail``). A run compares every test it ran with the file and

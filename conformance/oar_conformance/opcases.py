@@ -1,0 +1,545 @@
+"""The generated cases of the ops level.
+
+Every (op, dtype) of ``interface/ops.yaml`` gets cases derived from the op's
+fields there:
+
+| case | when | what |
+|---|---|---|
+| ``basic`` | always | small inputs in the op's domain, attrs at their ops.yaml defaults |
+| ``scalar`` | kinds creation, unary, binary, ternary, reduction (and index ops with a 0-d shape below) | 0-d inputs (or output) |
+| ``empty`` | always where a zero-size shape makes sense | a zero-size dim (for matmul: K = 0, so the output is zeros) |
+| ``broadcast`` | ``broadcast: true`` | inputs of different ranks and size-1 dims |
+| ``strided`` | every op with inputs | non-contiguous inputs: stored transposed and permuted back, or every other element of a larger buffer at an offset |
+| ``large`` | always | tens of thousands of elements (odd sizes, so kernels' tails run) |
+| ``attr_<name>`` | each attr with a default | that attr at a non-default value (from its type: a bool flipped, an int plus one, a reduction's ``dim`` [1]; else from ``RULES``); several values give ``attr_<name>_<value>`` |
+| ``to_<dtype>`` | an attr of type dtype | one case per target dtype |
+| ``without_<inputs>`` | trailing optional inputs | those inputs left out |
+| ``grad`` | ``backward`` given and a float dtype | the device's autograd gradient of every differentiable input against a float64 host reference |
+
+``RULES`` says only what ops.yaml cannot: input shapes of ops whose kind does
+not fix them (matmul, nn, index, misc), valid index ranges, value domains,
+values of required attrs and of defaulted attrs whose type says too little,
+and how a gradient case keeps its inputs away from kinks (``grid``: values
+0.1 + 0.25 k, shifted by 0.05 per input, never near 0, a clamp bound or
+each other; ``distinct``: a shuffled ramp, no ties for max/min/pooling). There is no list of ops here
+beyond ops.yaml's: an op without a rule gets everything from its kind.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from oar_conformance.tolerances import FLOAT_DTYPES
+
+__all__ = ["Case", "RULES", "case_names", "build", "alternatives", "is_accumulating", "differentiable_inputs",
+           "ALL_DTYPES"]
+
+ALL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool")
+ELEMENTWISE_KINDS = ("unary", "binary", "ternary")
+GENERIC_KINDS = ELEMENTWISE_KINDS + ("reduction", "creation")
+BASE_CASES = ("basic", "scalar", "empty", "broadcast", "strided", "large")
+
+# Input shapes of elementwise ops per case, one per input in turn (non-broadcast ops use the first).
+ELEMENTWISE_SHAPES = {
+    "basic": [(4, 6)],
+    "scalar": [()],
+    "empty": [(0, 6), (6,), (1, 6)],
+    "broadcast": [(4, 1, 6), (5, 1), (1, 5, 1)],
+    "strided": [(7, 5)],
+    "large": [(257, 263)],
+    "grad": [(3, 1, 4), (2, 1), (1, 2, 1)],
+}
+REDUCTION_SHAPES = {"basic": (6, 33), "scalar": (), "empty": (0, 7), "strided": (6, 33), "large": (5, 40001),
+                    "grad": (3, 5)}
+CREATION_SHAPES = {"basic": (3, 17), "scalar": (), "empty": (0, 4), "large": (301, 257)}
+
+
+@dataclass
+class Case:
+    name: str
+    inputs: list = field(default_factory=list)      # numpy arrays, in launch order
+    attrs: dict = field(default_factory=dict)
+    layouts: list = field(default_factory=list)     # per input: "contiguous", "permuted" or "sliced"
+    shape: tuple | None = None                      # creation ops: the output shape
+    dtype: str | None = None                        # creation ops: the output dtype
+    grad: bool = False
+    differentiable: list = field(default_factory=list)  # grad cases: indices of the inputs to differentiate
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    from oar.tensor import numpy_dtype
+
+    return np.dtype(numpy_dtype(name))
+
+
+# ---- values -------------------------------------------------------------------------------------------
+
+def values(rng: np.random.Generator, shape, dtype: str, low: float = -2.0, high: float = 2.0,
+           special: str | None = None) -> np.ndarray:
+    """Seeded values of a dtype: floats uniform in [low, high), ints in [10 low, 10 high] within
+    [-20, 20] (or [low, high] when that is wider than 40), bools half true. ``special``: ``zeros``
+    (30% zeros), ``nans`` (30% NaN), ``small`` (-3..3, so comparisons see ties), ``nonzero``
+    (|x| >= 0.5)."""
+    target = _numpy_dtype(dtype)
+    shape = tuple(shape)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if special == "small":
+        return rng.integers(-3, 4, shape).astype(target)
+    if _is_float(dtype):
+        out = rng.uniform(low, high, shape)
+        if special == "nonzero":
+            out = np.where(np.abs(out) < 0.5, np.copysign(0.5, out) + out, out)
+        out = out.astype(np.float32).astype(target)
+    else:
+        if high - low > 40:
+            lo, hi = int(max(low, -100)), int(min(high, 100))
+        else:
+            lo, hi = max(int(math.ceil(low * 10)), -20), min(int(math.floor(high * 10)), 20)
+        out = rng.integers(lo, hi + 1, shape).astype(target)
+        if special == "nonzero":
+            out = np.where(out == 0, np.ones((), target), out)
+    if special == "zeros":
+        out = np.where(rng.random(shape) < 0.3, np.zeros((), target), out)
+    elif special == "nans" and _is_float(dtype):
+        out = np.where(rng.random(shape) < 0.3, np.array(np.nan, dtype=target), out)
+    return np.asarray(out, dtype=target)
+
+
+def grid_values(rng, shape, dtype: str, offset: int = 0) -> np.ndarray:
+    """0.1 + 0.05 offset + 0.25 k for k in [-8, 7]: 0.1 or more from 0 and from every quarter (clamp bounds);
+    inputs of different offsets (0, 1, 2) differ by 0.05 or more (no ties between maximum's a and b)."""
+    k = rng.integers(-8, 8, tuple(shape))
+    return (0.1 + 0.05 * (offset % 3) + 0.25 * k).astype(np.float32).astype(_numpy_dtype(dtype))
+
+
+def distinct_values(rng, shape, dtype: str) -> np.ndarray:
+    """A shuffled ramp over [-2, 2): no two values equal (gaps of 4 / size)."""
+    count = max(1, math.prod(shape))
+    ramp = -2.0 + 4.0 * rng.permutation(count) / count
+    return ramp.reshape(tuple(shape)).astype(np.float32).astype(_numpy_dtype(dtype))
+
+
+# ---- the per-op table ---------------------------------------------------------------------------------
+
+def _pair(value, default):
+    value = list(value) if value is not None and len(value) else list(default)
+    return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
+
+
+def _static(table: dict) -> Callable:
+    """Shapes by case from a fixed table (attr-independent)."""
+    def shapes(case, attrs):
+        found = table.get(case)
+        return None if found is None else ([tuple(s) for s in found], {})
+    return shapes
+
+
+def _conv(role: str) -> Callable:
+    sizes = {"basic": (2, 4, 9, 4, 3), "empty": (0, 4, 9, 4, 3), "strided": (2, 4, 9, 4, 3),
+             "large": (4, 8, 32, 16, 3), "grad": (1, 2, 5, 4, 3)}
+
+    def shapes(case, attrs):
+        if case not in sizes:
+            return None
+        n, c, h, o, k = sizes[case]
+        groups = attrs.get("groups", 1)
+        (sh, sw), (ph, pw), (dh, dw) = (_pair(attrs.get(a), d) for a, d in
+                                        (("stride", (1, 1)), ("padding", (0, 0)), ("dilation", (1, 1))))
+        oh, ow = (h + 2 * ph - dh * (k - 1) - 1) // sh + 1, (h + 2 * pw - dw * (k - 1) - 1) // sw + 1
+        x, w = (n, c, h, h), (o, c // groups, k, k)
+        if role == "forward":
+            return [x, w, (o,)], {}
+        if role == "input":
+            return [(n, o, oh, ow), w], {"input_shape": list(x)}
+        return [(n, o, oh, ow), x], {"weight_shape": list(w)}
+    return shapes
+
+
+def _pool(backward: bool) -> Callable:
+    sizes = {"basic": (2, 3, 8, 8), "empty": (0, 3, 8, 8), "strided": (2, 3, 8, 8), "large": (4, 16, 64, 64),
+             "grad": (1, 2, 6, 6)}
+
+    def shapes(case, attrs):
+        if case not in sizes:
+            return None
+        n, c, h, w = sizes[case]
+        kh, kw = _pair(attrs["kernel_size"], (2, 2))
+        sh, sw = _pair(attrs.get("stride"), (kh, kw))
+        ph, pw = _pair(attrs.get("padding"), (0, 0))
+        oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+        return ([(n, c, oh, ow), (n, c, h, w)] if backward else [(n, c, h, w)]), {}
+    return shapes
+
+
+def _norm(layout: str) -> Callable:
+    """layout: the inputs by role, x = the normalized input, w = weight/bias shaped like its trailing dims."""
+    sizes = {"basic": (4, 16), "empty": (0, 16), "strided": (4, 16), "large": (64, 1024), "grad": (3, 8)}
+
+    def shapes(case, attrs):
+        if case not in sizes:
+            return None
+        x = sizes[case]
+        w = x[len(x) - attrs.get("normalized_ndim", 1):]
+        return [x if role == "x" else w for role in layout], {}
+    return shapes
+
+
+def _cross_entropy(backward: bool) -> Callable:
+    sizes = {"basic": (5, 7), "empty": (0, 7), "strided": (5, 7), "large": (256, 1000), "grad": (4, 5)}
+
+    def shapes(case, attrs):
+        if case not in sizes:
+            return None
+        n, c = sizes[case]
+        if not backward:
+            return [(n, c), (n,)], {}
+        return [(n,) if attrs.get("reduction", "mean") == "none" else (), (n, c), (n,)], {}
+    return shapes
+
+
+def _bounded(bound: Callable) -> Callable:
+    def make(rng, shape, shapes, attrs):
+        return rng.integers(0, bound(shapes, attrs), shape)
+    return make
+
+
+def _unique_rows(rng, shape, shapes, attrs):
+    """scatter: distinct targets within each row (which of two writes wins is unspecified)."""
+    rows, count = shape
+    bound = shapes[0][attrs["dim"]]
+    return np.array([rng.permutation(bound)[:count] for _ in range(rows)], dtype=np.int64).reshape(shape)
+
+
+def _targets(rng, shape, shapes, attrs):
+    """cross_entropy: class indices with one target (the first) set to ignore_index."""
+    out = rng.integers(0, shapes[-2][1] if len(shapes) == 3 else shapes[0][1], shape)
+    if out.size:
+        out[0] = attrs.get("ignore_index", -100)
+    return out
+
+
+def _along_dim(input_index: int) -> Callable:
+    return _bounded(lambda shapes, attrs: shapes[input_index][attrs["dim"]])
+
+
+FLOAT_ONLY = {"float": True}
+_INDEX_LARGE = {"large": [(512, 300), (512, 200)]}
+# What ops.yaml cannot say, per op. Keys: shapes (case, attrs) -> ([input shapes], derived attrs) for ops
+# whose kind does not fix them; required (values of attrs without default; a callable takes the dtype);
+# alternatives (non-default attr values: one, or a list); domain ((low, high[, special]) for all data
+# inputs, or per input name); index (makes the index input); index_dtype ("op": the op's own dtype);
+# grad_values ("grid" or "distinct"); grad_attrs; accumulates; scalar_shapes.
+RULES: dict[str, dict[str, Any]] = {
+    # creation
+    "full": {"required": {"value": lambda dt: 1.0 if dt == "bool" else (2.5 if _is_float(dt) else 7.0)}},
+    "arange": {"shapes": _static({"basic": [(19,)], "empty": [(0,)], "large": [(70001,)]}),
+               "alternatives": {"start": lambda dt: 1.5 if _is_float(dt) else -3.0,
+                                "step": lambda dt: 0.5 if _is_float(dt) else 3.0}},
+    "rand": {"required": {"seed": 1234567}},
+    "randn": {"required": {"seed": 1234567}, "accumulates": True},
+    # unary
+    "abs": {"grad_values": "grid"},
+    "sign": {"domain": (-2.0, 2.0, "zeros")},
+    "log": {"domain": (0.1, 4.0)},
+    "sqrt": {"domain": (0.1, 4.0)},
+    "rsqrt": {"domain": (0.1, 4.0)},
+    "reciprocal": {"domain": (-2.0, 2.0, "nonzero")},
+    "relu": {"grad_values": "grid"},
+    "gelu": {"alternatives": {"approximate": "tanh"}},
+    "gelu_backward": {"alternatives": {"approximate": "tanh"}},
+    "logical_not": {"domain": (-2.0, 2.0, "zeros")},
+    "isnan": {"domain": (-2.0, 2.0, "nans")},
+    "clamp": {"alternatives": {"min": lambda dt: -0.5 if _is_float(dt) else -5.0,
+                               "max": lambda dt: 0.75 if _is_float(dt) else 5.0},
+              "grad_values": "grid", "grad_attrs": {"min": -0.5, "max": 0.75}},
+    "cast": {"domain": (-100.0, 100.0, "zeros"),
+             "required": {"dtype": lambda dt: "int32" if _is_float(dt) else "float32"},
+             "grad_attrs": {"dtype": "float64"}},
+    "dropout": {"required": {"p": 0.25, "seed": 99}},
+    # binary
+    "div": {"domain": {"b": (-2.0, 2.0, "nonzero")}},
+    "pow": {"domain": {"a": (0.5, 2.0), "b": (-1.5, 1.5)}},
+    "maximum": {"grad_values": "grid"},
+    "minimum": {"grad_values": "grid"},
+    **{name: {"domain": (-3.0, 3.0, "small")} for name in ("eq", "ne", "lt", "le", "gt", "ge")},
+    # reductions
+    "max": {"grad_values": "distinct"},
+    "min": {"grad_values": "distinct"},
+    "argmax": {"required": {"dim": 1}},
+    # matmul
+    "matmul": {"shapes": _static({"basic": [(7, 13), (13, 5)], "broadcast": [(2, 1, 7, 13), (3, 13, 5)],
+                                  "empty": [(7, 0), (0, 5)], "strided": [(7, 13), (13, 5)],
+                                  "large": [(96, 257), (257, 80)], "grad": [(2, 3, 4), (4, 5)]}),
+               "domain": (-1.0, 1.0)},
+    "bmm": {"shapes": _static({"basic": [(3, 7, 13), (3, 13, 5)], "empty": [(0, 7, 13), (0, 13, 5)],
+                               "strided": [(3, 7, 13), (3, 13, 5)], "large": [(8, 64, 129), (8, 129, 48)],
+                               "grad": [(2, 3, 4), (2, 4, 5)]}),
+            "domain": (-1.0, 1.0)},
+    # nn
+    **{name: {"shapes": _conv(role), "domain": (-1.0, 1.0),
+              "alternatives": {"stride": [2, 2], "padding": [1, 1], "dilation": [2, 2]},
+              "grad_attrs": {"stride": [2, 2], "padding": [1, 1]}}
+       for name, role in (("conv2d", "forward"), ("conv2d_backward_input", "input"),
+                          ("conv2d_backward_weight", "weight"))},
+    **{name: {"shapes": _pool(name.endswith("_backward")), "required": {"kernel_size": [2, 2]},
+              "alternatives": {"stride": [1, 1], "padding": [1, 1]},
+              "grad_values": "distinct", "grad_attrs": {"stride": [1, 1]}}
+       for name in ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")},
+    "layer_norm": {"shapes": _norm("xww"), "alternatives": {"eps": 0.1}},
+    "layer_norm_backward_input": {"shapes": _norm("xxw"), "alternatives": {"eps": 0.1}},
+    "rms_norm": {"shapes": _norm("xw"), "alternatives": {"eps": 0.1}},
+    "rms_norm_backward_input": {"shapes": _norm("xxw"), "alternatives": {"eps": 0.1}},
+    "cross_entropy": {"shapes": _cross_entropy(False), "index": _targets,
+                      "alternatives": {"reduction": ["sum", "none"], "ignore_index": 2}},
+    "cross_entropy_backward": {"shapes": _cross_entropy(True), "index": _targets,
+                               "alternatives": {"reduction": ["sum", "none"], "ignore_index": 2}},
+    # index
+    "embedding": {"shapes": _static({"basic": [(10, 6), (3, 4)], "empty": [(10, 6), (0,)],
+                                     "strided": [(10, 6), (3, 4)], "large": [(1000, 256), (64, 32)],
+                                     "grad": [(6, 4), (5,)]}),
+                  "scalar_shapes": [(10, 6), ()], "index": _bounded(lambda shapes, attrs: shapes[0][0])},
+    "gather": {"shapes": _static({"basic": [(4, 5), (4, 3)], "empty": [(4, 5), (4, 0)], "strided": [(4, 5), (4, 3)],
+                                  **_INDEX_LARGE, "grad": [(3, 4), (3, 5)]}),
+               "required": {"dim": 1}, "index": _along_dim(0)},
+    "scatter": {"shapes": _static({"basic": [(4, 5), (4, 3), (4, 3)], "empty": [(4, 5), (4, 0), (4, 0)],
+                                   "strided": [(4, 5), (4, 3), (4, 3)],
+                                   "large": [(40, 300), (40, 100), (40, 100)],
+                                   "grad": [(3, 4), (3, 2), (3, 2)]}),
+                "required": {"dim": 1}, "index": _unique_rows},
+    "scatter_add": {"shapes": _static({"basic": [(4, 5), (4, 3), (4, 3)], "empty": [(4, 5), (4, 0), (4, 0)],
+                                       "strided": [(4, 5), (4, 3), (4, 3)],
+                                       "large": [(512, 300), (512, 200), (512, 200)],
+                                       "grad": [(3, 4), (3, 5), (3, 5)]}),
+                    "required": {"dim": 1}, "index": _along_dim(0), "accumulates": True},
+    "index_select": {"shapes": _static({"basic": [(5, 4), (3,)], "empty": [(5, 4), (0,)], "strided": [(5, 4), (3,)],
+                                        "large": [(1000, 128), (500,)], "grad": [(5, 3), (4,)]}),
+                     "required": {"dim": 0}, "index": _along_dim(0)},
+    "index_add": {"shapes": _static({"basic": [(5, 4), (3, 4), (3,)], "empty": [(5, 4), (0, 4), (0,)],
+                                     "strided": [(5, 4), (3, 4), (3,)],
+                                     "large": [(1000, 128), (500, 128), (500,)],
+                                     "grad": [(5, 3), (4, 3), (4,)]}),
+                  "required": {"dim": 0}, "index": _along_dim(0), "accumulates": True},
+    "one_hot": {"shapes": _static({"basic": [(6,)], "empty": [(0,)], "strided": [(3, 4)], "large": [(20011,)]}),
+                "scalar_shapes": [()], "required": {"num_classes": 5}, "index_dtype": "op",
+                "index": _bounded(lambda shapes, attrs: attrs["num_classes"])},
+    # misc
+    **{name: {"shapes": _static({"basic": [(3, 5, 6)], "empty": [(0, 6)], "strided": [(5, 6)],
+                                 "large": [(300, 301)], "grad": [(4, 5)]}),
+              "alternatives": {"diagonal": [1, -2]}}
+       for name in ("tril", "triu")},
+}
+
+
+# ---- attrs ----------------------------------------------------------------------------------------------
+
+def _value_name(value: Any) -> str:
+    text = str(value).lower().replace("-", "m").replace(".", "p")
+    return "".join(c if c.isalnum() else "_" for c in text).strip("_")
+
+
+def alternatives(op: str, schema: dict, dtype: str) -> dict[str, list]:
+    """Non-default values of each defaulted attr: from RULES, else from the attr's type
+    (bool: flipped; int: default + 1; a reduction's ``dim`` of type ints: [1])."""
+    table = RULES.get(op, {}).get("alternatives", {})
+    found: dict[str, list] = {}
+    for name, type_, required, default in schema["attrs"]:
+        if required:
+            continue
+        if name in table:
+            value = table[name]
+            value = value(dtype) if callable(value) else value
+            if type_ == "ints":  # one value is a list of ints; several, a list of those
+                found[name] = value if value and isinstance(value[0], list) else [value]
+            else:
+                found[name] = list(value) if isinstance(value, list) else [value]
+        elif type_ == "bool":
+            found[name] = [not default]
+        elif type_ == "int":
+            found[name] = [int(default) + 1]
+        elif type_ == "ints" and name == "dim" and schema["kind"] == "reduction":
+            found[name] = [[1]]
+    return found
+
+
+def _required(op: str, schema: dict, dtype: str) -> dict:
+    table = RULES.get(op, {}).get("required", {})
+    attrs = {}
+    for name, _, required, _ in schema["attrs"]:
+        if required and name in table:
+            value = table[name]
+            attrs[name] = value(dtype) if callable(value) else value
+    return attrs
+
+
+def _optional_tails(schema: dict) -> list[list[str]]:
+    """The trailing optional inputs that can be left out: [["bias"], ["weight", "bias"]] for layer_norm."""
+    names = [name for name, _, optional in schema["inputs"]]
+    optional = [name for name, _, opt in schema["inputs"] if opt]
+    tails = []
+    for count in range(1, len(optional) + 1):
+        tail = names[len(names) - count:]
+        if tail == optional[len(optional) - count:]:
+            tails.append(tail)
+    return tails
+
+
+# ---- which cases --------------------------------------------------------------------------------------
+
+def is_accumulating(op: str, schema: dict) -> bool:
+    return schema["kind"] in ("reduction", "matmul", "nn") or bool(RULES.get(op, {}).get("accumulates"))
+
+
+def differentiable_inputs(schema: dict, count: int | None = None) -> list[int]:
+    """Indices of the data inputs ops.yaml gives a backward formula for (within the first ``count``)."""
+    backward = schema.get("backward") or {}
+    inputs = schema["inputs"][:count] if count is not None else schema["inputs"]
+    return [i for i, (name, role, _) in enumerate(inputs) if role == "data" and name in backward]
+
+
+def _shapes_for(op: str, schema: dict, case: str, attrs: dict):
+    """([input shapes], derived attrs) for a case, or None when the case does not apply."""
+    kind = schema["kind"]
+    rule = RULES.get(op, {})
+    if "shapes" in rule and not (case == "scalar" and "scalar_shapes" in rule):
+        return rule["shapes"](case, attrs)
+    if case == "scalar" and "scalar_shapes" in rule:
+        return [tuple(s) for s in rule["scalar_shapes"]], {}
+    count = len(schema["inputs"])
+    if kind == "creation":
+        shape = CREATION_SHAPES.get(case)
+        return None if shape is None else ([shape], {})
+    if kind in ELEMENTWISE_KINDS:
+        if case == "broadcast" and not schema["broadcast"]:
+            return None
+        table = ELEMENTWISE_SHAPES.get(case)
+        if table is None:
+            return None
+        if not schema["broadcast"] or case in ("basic", "strided", "large", "scalar"):
+            return [table[0]] * count, {}
+        return [table[i % len(table)] for i in range(count)], {}
+    if kind == "reduction":
+        shape = REDUCTION_SHAPES.get(case)
+        return None if shape is None else ([shape], {})
+    return None
+
+
+def case_names(op: str, schema: dict, dtype: str) -> list[str]:
+    """The case names of (op, dtype), in a fixed order."""
+    if schema["kind"] == "view":
+        return []
+    names = []
+    required = _required(op, schema, dtype)
+    for case in BASE_CASES:
+        if case == "strided" and not schema["inputs"]:
+            continue
+        if _shapes_for(op, schema, case, required) is not None:
+            names.append(case)
+    for name, type_, is_required, _ in schema["attrs"]:
+        if type_ == "dtype":
+            names.extend(f"to_{target}" for target in ALL_DTYPES)
+    for name, options in alternatives(op, schema, dtype).items():
+        if len(options) == 1:
+            names.append(f"attr_{name}")
+        else:
+            names.extend(f"attr_{name}_{_value_name(option)}" for option in options)
+    for tail in _optional_tails(schema):
+        names.append("without_" + "_".join(tail))
+    if _is_float(dtype) and differentiable_inputs(schema) and \
+            _shapes_for(op, schema, "grad", {**required, **RULES.get(op, {}).get("grad_attrs", {})}) is not None:
+        names.append("grad")
+    return names
+
+
+# ---- building a case ----------------------------------------------------------------------------------
+
+def _case_setup(op: str, schema: dict, dtype: str, name: str) -> tuple[str, dict, int]:
+    """(the base case whose shapes it uses, its attrs, how many inputs it passes)."""
+    attrs = _required(op, schema, dtype)
+    count = len(schema["inputs"])
+    base = name
+    if name in BASE_CASES:
+        if name == "empty" and schema.get("nonempty_reduction"):
+            types = {a: t for a, t, _, _ in schema["attrs"]}
+            attrs["dim"] = [1] if types.get("dim") == "ints" else 1  # reduce a non-empty dim of (0, 7)
+        if name == "scalar" and isinstance(attrs.get("dim"), int):
+            attrs["dim"] = 0  # the only dim of a 0-d tensor
+        return base, attrs, count
+    base = "basic"
+    if name == "grad":
+        attrs.update(RULES.get(op, {}).get("grad_attrs", {}))
+        if schema["kind"] == "reduction":
+            for attr, options in alternatives(op, schema, dtype).items():
+                if attr == "dim":
+                    attrs[attr] = options[0]
+        return "grad", attrs, count
+    if name.startswith("to_"):
+        attrs["dtype"] = name[3:]
+        return base, attrs, count
+    if name.startswith("without_"):
+        for tail in _optional_tails(schema):
+            if name == "without_" + "_".join(tail):
+                return base, attrs, count - len(tail)
+    for attr, options in alternatives(op, schema, dtype).items():
+        for option in options:
+            label = f"attr_{attr}" if len(options) == 1 else f"attr_{attr}_{_value_name(option)}"
+            if name == label:
+                attrs[attr] = option
+                return base, attrs, count
+    raise KeyError(f"op {op} ({dtype}) has no case {name!r}")
+
+
+def _domain(op: str, input_name: str):
+    domain = RULES.get(op, {}).get("domain", (-2.0, 2.0))
+    if isinstance(domain, dict):
+        domain = domain.get(input_name, (-2.0, 2.0))
+    low, high, *special = domain
+    return low, high, (special[0] if special else None)
+
+
+def build(op: str, schema: dict, dtype: str, name: str, rng: np.random.Generator) -> Case:
+    """The inputs, attrs and layouts of case ``name`` of (op, dtype), drawn from ``rng``."""
+    base, attrs, count = _case_setup(op, schema, dtype, name)
+    found = _shapes_for(op, schema, base, attrs)
+    if found is None:
+        raise KeyError(f"op {op} has no shapes for case {name!r}")
+    shapes, derived = found
+    attrs.update(derived)
+    rule = RULES.get(op, {})
+    if schema["kind"] == "creation":
+        return Case(name, attrs=attrs, shape=shapes[0], dtype=dtype)
+    grad = name == "grad"
+    differentiable = differentiable_inputs(schema, count) if grad else []
+    inputs = []
+    for index, (input_name, role, _) in enumerate(schema["inputs"][:count]):
+        shape = shapes[index]
+        if role == "condition":
+            array = rng.random(shape) < 0.5
+        elif role == "index":
+            maker = rule.get("index")
+            if maker is None:
+                raise KeyError(f"op {op}: RULES has no index maker for input {input_name!r}")
+            index_dtype = dtype if rule.get("index_dtype") == "op" else "int64"
+            array = np.asarray(maker(rng, shape, shapes, attrs)).astype(_numpy_dtype(index_dtype))
+        elif grad and index in differentiable and rule.get("grad_values") == "grid":
+            array = grid_values(rng, shape, dtype, index)
+        elif grad and index in differentiable and rule.get("grad_values") == "distinct":
+            array = distinct_values(rng, shape, dtype)
+        else:
+            low, high, special = _domain(op, input_name)
+            array = values(rng, shape, dtype, low, high, special)
+        inputs.append(array)
+    layouts = ["contiguous"] * len(inputs)
+    if name == "strided":
+        # alternate: even inputs stored transposed (permuted back), odd ones every other element of a buffer
+        layouts = [("permuted" if i % 2 == 0 and np.ndim(a) >= 2 else "sliced") if np.ndim(a) else "contiguous"
+                   for i, a in enumerate(inputs)]
+    return Case(name, inputs=inputs, attrs=attrs, layouts=layouts, grad=grad, differentiable=differentiable)
