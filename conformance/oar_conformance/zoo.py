@@ -1,17 +1,24 @@
-"""The model zoo of the models level: small models trained for a fixed number of
-deterministic steps through oar's runtime (ops, autograd, optimizers).
+"""The model zoo of the models level: the example models of :mod:`oar.models` (the
+MLP, the CNN and the Llama-style decoder) in small configurations, trained for a
+fixed number of deterministic steps through oar's runtime (ops, autograd,
+optimizers), plus a numpy twin of each one's forward for the fp64 check.
 
-Every model is written with oar's ops and ``oar.nn.functional`` on explicit
-parameters initialized from a seeded numpy generator, and trained on the data
-shipped with oar (``oar.models.data``: the 8x8 digits, a byte-level corpus)
-in a seeded order, so its loss curve is a function of the device's numerics
-alone. Golden curves are recorded on the reference plugin:
+Every model starts from weights drawn from a seeded numpy generator (loaded
+into the ``oar.models`` module, whatever the device's own random ops do) and
+trains on the data shipped with oar (``oar.models.data``: the 8x8 digits, a
+byte-level corpus) in a seeded order, so its loss curve is a function of the
+device's numerics alone. Golden curves are recorded on the CPU reference
+plugin and stored in ``golden/<model>.json``:
 
     python -m oar_conformance.zoo --record conformance/oar_conformance/golden [--device refcpu]
 
-Golden files (``golden/<model>.json``) follow Megatron-LM's layout: per metric
-``{start_step, end_step, step_interval, values}``, plus the tolerance the
-models level applies.
+A golden file follows Megatron-LM's layout: per metric ``{start_step,
+end_step, step_interval, values}``, plus the tolerance the models level
+applies to that model (``rtol``, ``atol``, ``max_outlier_fraction``).
+
+The host twins (``host_forward``) compute the same forward as the module with
+numpy alone, in the dtype asked for (float32: what a plain fp32 host computes;
+float64: the accurate answer), from the same initial weights.
 """
 
 from __future__ import annotations
@@ -19,18 +26,20 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import os
 import sys
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Model", "MODELS", "GOLDEN_DIR", "golden_path", "load_golden", "record"]
+__all__ = ["Model", "MODELS", "GOLDEN_DIR", "DEFAULT_TOLERANCE", "golden_path", "load_golden", "record"]
 
 GOLDEN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
-# Per step: |loss - golden| <= atol + rtol * |golden|; at most this fraction of steps may miss (Megatron: ~1%).
-DEFAULT_TOLERANCE = {"rtol": 0.02, "atol": 1e-3, "max_outlier_fraction": 0.05}
+# Per step: |loss - golden| <= atol + rtol * |golden|; at most this fraction of the steps may miss
+# (Megatron-LM's practice: about 1%, so one step of a 100-step curve).
+DEFAULT_TOLERANCE = {"rtol": 0.02, "atol": 1e-3, "max_outlier_fraction": 0.01}
 
 
 @dataclass(frozen=True)
@@ -38,63 +47,112 @@ class Model:
     name: str
     description: str
     steps: int
-    train: Callable[[str, int], list[float]]  # (device, steps) -> loss per step
+    build: Callable[[str], Any]                       # device -> the oar.models module with the initial weights
+    train: Callable[[Any, str, int], list[float]]     # (module, device, steps) -> the loss of each step
+    sample: Callable[[], np.ndarray]                  # a fixed input batch for the forward check
+    weights: Callable[[], dict]                       # the initial weights, numpy float32 by state_dict name
+    host_forward: Callable[[dict, np.ndarray, Any], np.ndarray]  # (weights, inputs, numpy dtype) -> outputs
+    tolerance: dict = field(default_factory=lambda: dict(DEFAULT_TOLERANCE))
+    dtype: str = "float32"
 
 
-def _param(oar, rng: np.random.Generator, shape, scale: float, device: str):
-    values = (rng.standard_normal(shape) * scale).astype(np.float32) if scale else np.zeros(shape, np.float32)
-    return oar.to_tensor(values, device=device, requires_grad=True)
+def _uniform(rng: np.random.Generator, shape, fan_in: int) -> np.ndarray:
+    bound = 1.0 / math.sqrt(fan_in)
+    return rng.uniform(-bound, bound, shape).astype(np.float32)
 
 
-def train_mlp_digits(device: str, steps: int) -> list[float]:
-    """64 -> 64 (ReLU) -> 10 on the digits, batches of 64, SGD with momentum."""
+def _load(module, weights: dict, device: str):
     import oar
-    import oar.nn.functional as F
+
+    module = module.to(device)
+    module.load_state_dict({name: oar.tensor(array, device=device) for name, array in weights.items()})
+    return module
+
+
+# ---- numpy pieces of the host twins --------------------------------------------------------------------
+
+def _linear(x, weight, bias=None):
+    out = x @ weight.T
+    return out if bias is None else out + bias
+
+
+def _relu(x):
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+def _conv2d(x, weight, bias, padding: int):
+    """NCHW cross-correlation, stride 1, as im2col + matmul in x's dtype."""
+    n, c, h, w = x.shape
+    o, _, k, _ = weight.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh, ow = h + 2 * padding - k + 1, w + 2 * padding - k + 1
+    columns = np.stack([xp[:, :, i:i + oh, j:j + ow] for i in range(k) for j in range(k)], axis=2)
+    out = weight.reshape(o, c * k * k) @ columns.reshape(n, c * k * k, oh * ow)
+    return out.reshape(n, o, oh, ow) + bias.reshape(1, o, 1, 1)
+
+
+def _max_pool2(x):
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // 2, 2, w // 2, 2).max(axis=(3, 5))
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _rms_norm(x, gain, eps: float):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps)) * gain
+
+
+def _silu(x):
+    return x / (x.dtype.type(1) + np.exp(-x))
+
+
+# ---- the MLP on the digits -------------------------------------------------------------------------------
+
+MLP_HIDDEN, MLP_DEPTH = 32, 2
+
+
+def _mlp_weights() -> dict:
+    rng = np.random.default_rng(0)
+    sizes = [64] + [MLP_HIDDEN] * MLP_DEPTH
+    weights = {}
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        weights[f"hidden.{i}.weight"], weights[f"hidden.{i}.bias"] = _uniform(rng, (b, a), a), _uniform(rng, (b,), a)
+    weights["out.weight"], weights["out.bias"] = _uniform(rng, (10, sizes[-1]), sizes[-1]), _uniform(rng, (10,), sizes[-1])
+    return weights
+
+
+def _mlp_build(device: str):
+    from oar.models import MLP
+
+    return _load(MLP(hidden=MLP_HIDDEN, depth=MLP_DEPTH), _mlp_weights(), device)
+
+
+def _digit_steps(device: str, batch_size: int, seed: int, flat: bool):
+    """(inputs, labels) on the device for each step, epochs of the digits in a seeded order."""
+    import oar
     from oar.models import data
 
-    rng = np.random.default_rng(0)
-    w1, b1 = _param(oar, rng, (64, 64), 64 ** -0.5, device), _param(oar, rng, (64,), 0.0, device)
-    w2, b2 = _param(oar, rng, (64, 10), 64 ** -0.5, device), _param(oar, rng, (10,), 0.0, device)
-    optimizer = oar.optim.SGD([w1, b1, w2, b2], lr=0.1, momentum=0.9)
     train, _ = data.load_digits()
-    losses: list[float] = []
     epoch = 0
-    batches = data.digits_batches(train, 64, seed=1, epoch=epoch, flat=True, drop_last=True)
-    while len(losses) < steps:
-        try:
-            x, y = next(batches)
-        except StopIteration:
-            epoch += 1
-            batches = data.digits_batches(train, 64, seed=1, epoch=epoch, flat=True, drop_last=True)
-            continue
-        hidden = F.relu(oar.add(oar.matmul(oar.to_tensor(x, device=device), w1), b1))
-        loss = F.cross_entropy(oar.add(oar.matmul(hidden, w2), b2), oar.to_tensor(y, device=device))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.item()))
-    return losses
+    while True:
+        for x, y in data.digits_batches(train, batch_size, seed=seed, epoch=epoch, flat=flat, drop_last=True):
+            yield oar.tensor(x, device=device), oar.tensor(y, device=device)
+        epoch += 1
 
 
-def train_cnn_digits(device: str, steps: int) -> list[float]:
-    """conv 3x3 (8 channels, padding 1), ReLU, max-pool 2, linear to 10, on the digits; SGD with momentum."""
+def _train_classifier(model, device: str, steps: int, batch_size: int, seed: int, flat: bool, lr: float) -> list:
     import oar
     import oar.nn.functional as F
-    from oar.models import data
 
-    rng = np.random.default_rng(0)
-    conv_w, conv_b = _param(oar, rng, (8, 1, 3, 3), 1 / 3, device), _param(oar, rng, (8,), 0.0, device)
-    w, b = _param(oar, rng, (128, 10), 128 ** -0.5, device), _param(oar, rng, (10,), 0.0, device)
-    optimizer = oar.optim.SGD([conv_w, conv_b, w, b], lr=0.05, momentum=0.9)
-    train, _ = data.load_digits()
+    optimizer = oar.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     losses: list[float] = []
-    batches = data.digits_batches(train, 32, seed=2, drop_last=True)
-    for x, y in batches:
+    for x, y in _digit_steps(device, batch_size, seed, flat):
         if len(losses) == steps:
             break
-        features = F.max_pool2d(F.relu(F.conv2d(oar.to_tensor(x, device=device), conv_w, conv_b, padding=1)), 2)
-        logits = oar.add(oar.matmul(features.reshape(features.shape[0], -1), w), b)
-        loss = F.cross_entropy(logits, oar.to_tensor(y, device=device))
+        loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -102,43 +160,141 @@ def train_cnn_digits(device: str, steps: int) -> list[float]:
     return losses
 
 
-def train_charlm_corpus(device: str, steps: int) -> list[float]:
-    """A byte-level language model: embedding 32, RMSNorm, one causal attention head with a
-    residual, GELU MLP to 256 logits; sequences of 32 bytes of the shipped corpus; AdamW."""
-    import oar
-    import oar.nn.functional as F
+def _digits_sample(flat: bool, count: int) -> np.ndarray:
     from oar.models import data
 
-    rng = np.random.default_rng(0)
-    width = 32
-    embedding = _param(oar, rng, (256, width), 0.5, device)
-    gain = oar.to_tensor(np.ones(width, np.float32), device=device, requires_grad=True)
-    wq, wk, wv = (_param(oar, rng, (width, width), width ** -0.5, device) for _ in range(3))
-    w1, w2 = _param(oar, rng, (width, 64), width ** -0.5, device), _param(oar, rng, (64, 256), 64 ** -0.5, device)
-    optimizer = oar.optim.AdamW([embedding, gain, wq, wk, wv, w1, w2], lr=3e-3, weight_decay=0.0)
-    batches = data.TextBatches(data.load_corpus(), batch_size=8, seq_len=32, seed=0)
+    _, test = data.load_digits()
+    return np.ascontiguousarray((test.flat() if flat else test.images)[:count])
+
+
+def _mlp_host(weights: dict, x: np.ndarray, dtype) -> np.ndarray:
+    w = {name: array.astype(dtype) for name, array in weights.items()}
+    h = x.reshape(x.shape[0], -1).astype(dtype)
+    for i in range(MLP_DEPTH):
+        h = _relu(_linear(h, w[f"hidden.{i}.weight"], w[f"hidden.{i}.bias"]))
+    return _linear(h, w["out.weight"], w["out.bias"])
+
+
+# ---- the CNN on the digits -------------------------------------------------------------------------------
+
+CNN_CHANNELS = (4, 8)
+
+
+def _cnn_weights() -> dict:
+    rng = np.random.default_rng(1)
+    c1, c2 = CNN_CHANNELS
+    return {"conv1.weight": _uniform(rng, (c1, 1, 3, 3), 9), "conv1.bias": _uniform(rng, (c1,), 9),
+            "conv2.weight": _uniform(rng, (c2, c1, 3, 3), 9 * c1), "conv2.bias": _uniform(rng, (c2,), 9 * c1),
+            "fc.weight": _uniform(rng, (10, 4 * c2), 4 * c2), "fc.bias": _uniform(rng, (10,), 4 * c2)}
+
+
+def _cnn_build(device: str):
+    from oar.models import CNN
+
+    return _load(CNN(channels=CNN_CHANNELS), _cnn_weights(), device)
+
+
+def _cnn_host(weights: dict, x: np.ndarray, dtype) -> np.ndarray:
+    w = {name: array.astype(dtype) for name, array in weights.items()}
+    h = x.astype(dtype)
+    h = _max_pool2(_relu(_conv2d(h, w["conv1.weight"], w["conv1.bias"], 1)))
+    h = _max_pool2(_relu(_conv2d(h, w["conv2.weight"], w["conv2.bias"], 1)))
+    return _linear(h.reshape(h.shape[0], -1), w["fc.weight"], w["fc.bias"])
+
+
+# ---- the Llama-style decoder on the corpus ---------------------------------------------------------------
+
+def _llama_config():
+    from oar.models import LlamaConfig
+
+    return LlamaConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=2, max_seq_len=32, seed=0)
+
+
+def _llama_build(device: str):
+    from oar.models import Llama
+
+    return Llama(_llama_config(), device=device)
+
+
+def _llama_weights() -> dict:
+    from oar.models.llama import init_weights
+
+    return init_weights(_llama_config())
+
+
+def _corpus_batches():
+    from oar.models import data
+
+    return data.TextBatches(data.load_corpus(), batch_size=4, seq_len=32, seed=0)
+
+
+def _train_llama(model, device: str, steps: int) -> list[float]:
+    import oar
+
+    optimizer = oar.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    batches = _corpus_batches()
     losses: list[float] = []
     for step in range(steps):
         x, y = batches.batch(step)
-        h = F.embedding(oar.to_tensor(x, device=device), embedding)
-        n = F.rms_norm(h, [width], gain)
-        h = oar.add(h, F.scaled_dot_product_attention(oar.matmul(n, wq), oar.matmul(n, wk), oar.matmul(n, wv),
-                                                      is_causal=True))
-        logits = oar.matmul(F.gelu(oar.matmul(h, w1)), w2)
-        loss = F.cross_entropy(logits.reshape(-1, 256), oar.to_tensor(y, device=device).reshape(-1))
+        loss = model.loss(oar.tensor(x, device=device), oar.tensor(y, device=device))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(float(loss.item()))
     return losses
+
+
+def _llama_sample() -> np.ndarray:
+    return _corpus_batches().batch(0, split="val")[0]
+
+
+def _llama_host(weights: dict, tokens: np.ndarray, dtype) -> np.ndarray:
+    """The decoder's logits [B, T, vocab] (tied head), as oar.models.llama computes them."""
+    cfg = _llama_config()
+    w = {name: array.astype(dtype) for name, array in weights.items()}
+    b, t = tokens.shape
+    heads, hd = cfg.n_heads, cfg.head_dim
+    half = hd // 2
+    inv_freq = 1.0 / cfg.rope_theta ** (np.arange(half, dtype=np.float64) / half)
+    angles = np.outer(np.arange(t, dtype=np.float64), inv_freq)
+    angles = np.concatenate([angles, angles], axis=1)
+    cos, sin = np.cos(angles).astype(np.float32).astype(dtype), np.sin(angles).astype(np.float32).astype(dtype)
+    scale = np.asarray(1.0 / math.sqrt(hd), dtype=np.float32).astype(dtype)
+    mask = np.triu(np.full((t, t), -np.inf, dtype=dtype), 1)
+
+    def rotate(x):
+        return x * cos + np.concatenate([-x[..., half:], x[..., :half]], axis=-1) * sin
+
+    def split(x):
+        return x.reshape(b, t, heads, hd).transpose(0, 2, 1, 3)
+
+    x = w["tok_emb.weight"][tokens]
+    for i in range(cfg.n_layers):
+        p = f"layers.{i}."
+        n = _rms_norm(x, w[p + "attn_norm.weight"], cfg.norm_eps)
+        q, k, v = (split(_linear(n, w[p + f"attn.{name}.weight"])) for name in ("wq", "wk", "wv"))
+        q, k = rotate(q), rotate(k)
+        probs = _softmax((q @ k.transpose(0, 1, 3, 2)) * scale + mask)
+        x = x + _linear((probs @ v).transpose(0, 2, 1, 3).reshape(b, t, cfg.d_model), w[p + "attn.wo.weight"])
+        n = _rms_norm(x, w[p + "mlp_norm.weight"], cfg.norm_eps)
+        gated = _silu(_linear(n, w[p + "mlp.w1.weight"])) * _linear(n, w[p + "mlp.w3.weight"])
+        x = x + _linear(gated, w[p + "mlp.w2.weight"])
+    return _linear(_rms_norm(x, w["norm.weight"], cfg.norm_eps), w["tok_emb.weight"])
 
 
 MODELS = {
     model.name: model for model in (
-        Model("mlp_digits", "MLP 64-64-10 on the 8x8 digits, SGD with momentum", 40, train_mlp_digits),
-        Model("cnn_digits", "conv-ReLU-maxpool-linear on the 8x8 digits, SGD with momentum", 30, train_cnn_digits),
-        Model("charlm_corpus", "byte-level LM with one causal attention head on the shipped corpus, AdamW", 30,
-              train_charlm_corpus),
+        Model("mlp_digits", f"oar.models.MLP 64-{MLP_HIDDEN}-{MLP_HIDDEN}-10 on the 8x8 digits, batches of 64, "
+              "SGD with momentum", 100, _mlp_build,
+              lambda model, device, steps: _train_classifier(model, device, steps, 64, 1, True, 0.1),
+              lambda: _digits_sample(True, 64), _mlp_weights, _mlp_host),
+        Model("cnn_digits", f"oar.models.CNN channels {CNN_CHANNELS} on the 8x8 digits, batches of 32, "
+              "SGD with momentum", 100, _cnn_build,
+              lambda model, device, steps: _train_classifier(model, device, steps, 32, 2, False, 0.05),
+              lambda: _digits_sample(False, 32), _cnn_weights, _cnn_host),
+        Model("llama_corpus", "oar.models.Llama (d_model 32, 2 layers, 2 heads, RoPE, SwiGLU, tied head) on "
+              "32-byte windows of the shipped corpus, batches of 4, AdamW", 100, _llama_build, _train_llama,
+              _llama_sample, _llama_weights, _llama_host),
     )
 }
 
@@ -157,18 +313,19 @@ def load_golden(name: str, directory: str = GOLDEN_DIR) -> dict:
     return golden
 
 
-def record(directory: str, device: str) -> list[str]:
-    """Train every model on device and write its golden curve into directory."""
+def record(directory: str, device: str, names: list[str] | None = None) -> list[str]:
+    """Train every model (or those named) on device and write its golden curve into directory."""
     import importlib.metadata
 
-    import oar
     from oar import plugin_manager
 
     plugin = plugin_manager.plugin_for(device.split(":")[0])
     os.makedirs(directory, exist_ok=True)
     written = []
     for model in MODELS.values():
-        losses = model.train(device, model.steps)
+        if names and model.name not in names:
+            continue
+        losses = model.train(model.build(device), device, model.steps)
         golden = {
             "model": model.name,
             "description": model.description,
@@ -177,14 +334,13 @@ def record(directory: str, device: str) -> list[str]:
                             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")},
             "metrics": {"loss": {"start_step": 1, "end_step": model.steps, "step_interval": 1,
                                  "values": [round(v, 7) for v in losses]}},
-            "tolerance": dict(DEFAULT_TOLERANCE),
+            "tolerance": dict(model.tolerance),
         }
         path = golden_path(model.name, directory)
         with open(path, "w", encoding="utf-8") as file:
             json.dump(golden, file, indent=1)
             file.write("\n")
         written.append(path)
-    del oar
     return written
 
 
@@ -192,8 +348,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m oar_conformance.zoo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--record", metavar="DIR", required=True, help="write golden curves into DIR")
     parser.add_argument("--device", default="refcpu:0", help="device to record on (default: refcpu:0)")
+    parser.add_argument("--model", action="append", choices=sorted(MODELS), help="only this model (repeatable)")
     args = parser.parse_args(argv)
-    for path in record(args.record, args.device if ":" in args.device else f"{args.device}:0"):
+    import warnings
+
+    warnings.simplefilter("ignore")  # FallbackWarning and PluginWarning
+    for path in record(args.record, args.device if ":" in args.device else f"{args.device}:0", args.model):
         print(path)
     return 0
 
