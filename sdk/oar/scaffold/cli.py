@@ -18,7 +18,7 @@ __all__ = ["new_backend", "ci"]
               default=("github",), show_default=True, help="CI configuration to include (repeatable).")
 @click.option("--force", is_flag=True, help="Write into a directory that is not empty.")
 def new_backend(name: str, device_type: str, directory: Path | None, ci_systems: tuple[str, ...], force: bool) -> None:
-    """Generate NAME, a device plugin project that builds, loads and passes the conformance quick tier.
+    """Generate NAME, a device plugin project that builds, loads and runs the conformance suite clean.
 
     A C plugin over host memory (every REQUIRED entry of device_api.h working, marked TODO), kernel
     stubs for every op of ops.yaml, CMake and pip builds registering it under oar.plugins, the
