@@ -229,7 +229,7 @@ def run_grad(ctx: RuntimeContext, op: str, schema: dict, dtype: str, case: opcas
         raise Fallback(f"{label}: {', '.join(moved)} ran through the host fallback (the plugin has no kernel)")
 
 
-def run_case(ctx: RuntimeContext, op: str, dtype: str, name: str) -> None:
+def run_case(ctx: RuntimeContext, op: str, dtype: str, name: str = "basic") -> None:
     import oar.ops as ops
 
     schema = ops.schema(op)
