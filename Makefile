@@ -11,12 +11,13 @@ SOURCES := $(shell git ls-files 2>/dev/null | grep -E '\.(c|h|cl|cpp|hpp|py|txt|
 SELFTEST_DIR := build/selftest
 ASAN_DIR := build/selftest-asan
 
-.PHONY: demo test sysdeps install selftest selftest-asan pytest conformance-quick bench clean
+.PHONY: demo test sysdeps install selftest selftest-asan pytest conformance-quick docs bench clean
 
 sysdeps:
 	@bash .ci/sysdeps.sh
 
-$(VENV)/.deps: pyproject.toml | sysdeps
+# The Makefile too: it names the dev dependencies beside pyproject's.
+$(VENV)/.deps: pyproject.toml Makefile | sysdeps
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(BUILD_DEPS) $(RUN_DEPS)
@@ -59,7 +60,11 @@ pytest: install
 conformance-quick: install
 	$(VENV)/bin/conformance run --device refcpu --quick --jobs 2 --no-progress --junit build/conformance-quick.xml
 
-test: selftest selftest-asan pytest conformance-quick
+# The docs as a reader gets them; --strict fails on a broken link or a failing reference generator.
+docs: $(VENV)/.deps
+	$(VENV)/bin/mkdocs build --strict --quiet
+
+test: selftest selftest-asan pytest conformance-quick docs
 
 bench: install
 	$(PY) bench/launch_overhead.py

@@ -124,7 +124,8 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf_array(x):
-    return _erf(np.asarray(x, dtype=np.float64)).astype(np.float64)
+    # np.asarray: a 0-d input comes back from the ufunc as a Python float
+    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)
 
 
 @_export

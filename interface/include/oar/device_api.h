@@ -993,6 +993,7 @@ typedef struct oar_device_table {
 
   /* profiler_stop: stop recording; records stay until collected.
    * Requirement: OPTIONAL (required with profiler_start)
+   * Blocking: synchronous
    * Status: OAR_SUCCESS; OAR_ERROR_NOT_READY if not started.
    */
   oar_status (*profiler_stop)(int32_t device);
