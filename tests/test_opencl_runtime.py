@@ -92,22 +92,19 @@ test_handles_of_another_device_are_refused = _with_two_devices(
 # ---- every op of ops.yaml, every dtype, against oar.reference ------------------------------------
 
 def _op_cases():
-    import oar.ops as ops
+    """The conformance ops level's cases (op, dtype, case) but its large ones (the suite runs those)."""
+    from oar_conformance.levels.ops import test_list
 
-    for name in ops.names:
-        schema = ops.schema(name)
-        if schema["kind"] == "view":
-            continue
-        for dtype in schema["dtypes"]:
-            yield pytest.param(name, dtype, id=f"{name}-{dtype}")
+    return [pytest.param(op, dtype, name, id=f"{op}-{dtype}-{name}")
+            for op, dtype, name in test_list() if name != "large"]
 
 
 class _Case:
     """What oar_conformance.levels.ops.run_case reads of its context."""
 
-    def __init__(self, device: str, op: str, dtype: str):
+    def __init__(self, device: str, op: str, dtype: str, name: str):
         self.device = device
-        self.test = type("TestId", (), {"id": f"ops.{op}.{dtype}"})()  # the conformance test's seed
+        self.test = type("TestId", (), {"id": f"ops.{op}.{dtype}.{name}"})()  # the conformance test's seed
         self.details: dict = {}
 
     @staticmethod
@@ -117,13 +114,13 @@ class _Case:
         return fallback.fallback_stats().get(op, 0)
 
 
-@pytest.mark.parametrize("op, dtype", list(_op_cases()))
-def test_op_against_the_reference(dev, op, dtype):
+@pytest.mark.parametrize("op, dtype, name", _op_cases())
+def test_op_against_the_reference(dev, op, dtype, name):
     from oar_conformance.levels.ops import run_case
     from oar_conformance.registry import Failure, Fallback
 
     try:
-        run_case(_Case(dev, op, dtype), op, dtype)
+        run_case(_Case(dev, op, dtype, name), op, dtype, name)
     except Fallback as error:  # the plugin must have a kernel for every op and dtype of ops.yaml
         if dtype == "float64" and not _has_fp64(dev):
             pytest.skip("the device has no cl_khr_fp64: float64 runs on the host fallback")

@@ -167,6 +167,11 @@ int family_of(uint8_t dtype);
 /* The status block of the launch's stream. */
 cl_mem launch_status(const ocl_launch* L);
 
+/* The vectorized elementwise kernel ewc_<code> (family F or D) over g (<= 3 dims; tensor 0
+   out, 1 and 2 the inputs); see cl/ew_float.cl. */
+oar_status ocl_launch_fast(ocl_launch* L, int32_t code, int family, const g_nd* g, cl_mem out, cl_mem in1,
+                           cl_mem in2, double s0, double s1);
+
 /* out = x (same dtype, any strides); skipped when launch seq (if not 0) failed its index check. */
 oar_status ocl_copy_tensor(ocl_launch* L, const ocl_tensor* out, const ocl_tensor* x, uint64_t seq);
 /* Enqueues the index check of idx against [0, limit) (and ignore, if has_ignore) for index op

@@ -10,25 +10,39 @@
 static const ocl_kernel_id EW_KERNELS[3] = {K_EW_F, K_EW_D, K_EW_L};
 
 /* The fast path applies: at most two inputs, every tensor of the family's own
-   dtype (float32 / float64), at most 2 dims after coalescing with an inner dim
-   long enough to fill a group, and an op with a T result (ewc_<code> exists). */
+   dtype (float32 / float64), at most 3 dims after coalescing with an inner dim
+   long enough to fill a group (or one dim), and an op with a T result
+   (ewc_<code> exists). */
 static bool fast_case(const ocl_launch* L, const g_nd* g, int family, int32_t code) {
   uint8_t dtype = family == FAMILY_F ? DT_F32 : DT_F64;
   bool has_kernel = (code >= EW_IDENTITY && code <= EW_ERF) || code == EW_CLAMP ||
                     (code >= EW_ADD && code <= EW_MINIMUM) || code == EW_GELU_BACKWARD_ERF ||
                     code == EW_GELU_BACKWARD_TANH;
-  if (!has_kernel || g->ndim > 2 || L->num_inputs > 2 || L->out[0].dtype != dtype) return false;
+  if (!has_kernel || g->ndim > 3 || L->num_inputs > 2 || L->out[0].dtype != dtype) return false;
   for (uint32_t i = 0; i < L->num_inputs; i++)
     if (L->in[i].dtype != dtype) return false;
-  return g->shape[g->ndim - 1] >= 32 || g->ndim == 1;
+  return g->shape[g->ndim - 1] >= 16 || g->ndim == 1;
 }
 
-static oar_status run_fast(ocl_launch* L, int32_t code, int family, const g_nd* g, double s0, double s1) {
+/* Launches ewc_<code> over g (<= 3 dims): out is tensor 0, the inputs 1 and 2 (an
+   absent second input reads the first). */
+oar_status ocl_launch_fast(ocl_launch* L, int32_t code, int family, const g_nd* g, cl_mem out, cl_mem in1,
+                           cl_mem in2, double s0, double s1) {
   ocl_args a = {0};
   int inner = g->ndim - 1;
-  int64_t cols = g->shape[inner], rows = g->ndim == 2 ? g->shape[0] : 1;
+  int64_t cols = g->shape[inner], rows = g->ndim >= 2 ? g->shape[inner - 1] : 1;
+  int64_t planes = g->ndim == 3 ? g->shape[0] : 1;
+  int64_t strides[16] = {0};
+  for (int t = 0; t < 3; t++) {
+    int source = t < g->ntensors ? t : 1;
+    strides[4 * t] = g->offset[source];
+    strides[4 * t + 1] = g->ndim == 3 ? g->stride[source][0] : 0;
+    strides[4 * t + 2] = g->ndim >= 2 ? g->stride[source][inner - 1] : 0;
+    strides[4 * t + 3] = g->stride[source][inner];
+  }
   ARG(&a, cols);
   ARG(&a, rows);
+  ARG(&a, planes);
   if (family == FAMILY_F) {
     float f0 = (float)s0, f1 = (float)s1;
     ARG(&a, f0);
@@ -37,18 +51,19 @@ static oar_status run_fast(ocl_launch* L, int32_t code, int family, const g_nd* 
     ARG(&a, s0);
     ARG(&a, s1);
   }
-  for (int t = 0; t < 3; t++) {
-    int source = t <= (int)L->num_inputs ? t : 1; /* an absent second input reads the first */
-    cl_mem mem = source == 0 ? L->out[0].mem : L->in[source - 1].mem;
-    int64_t row_stride = g->ndim == 2 ? g->stride[source][0] : 0;
-    arg_mem(&a, mem);
-    ARG(&a, g->offset[source]);
-    ARG(&a, row_stride);
-    ARG(&a, g->stride[source][inner]);
-  }
-  size_t global[2] = {(size_t)((cols + 127) / 128 * 128), (size_t)rows}, local[2] = {128, 1};
+  ARG(&a, strides);
+  arg_mem(&a, out);
+  arg_mem(&a, in1);
+  arg_mem(&a, in2);
+  size_t local[3] = {cols >= 128 ? 128 : (cols >= 64 ? 64 : (cols >= 32 ? 32 : 16)), 1, 1};
+  size_t global[3] = {(size_t)((cols + local[0] - 1) / local[0] * local[0]), (size_t)rows, (size_t)planes};
   ocl_kernel_id id = (ocl_kernel_id)((family == FAMILY_F ? K_EWC_F : K_EWC_D) + code);
-  return ocl_enqueue(L->stream, id, &a, 2, global, local, L->op->name);
+  return ocl_enqueue(L->stream, id, &a, 3, global, local, L->op->name);
+}
+
+static oar_status run_fast(ocl_launch* L, int32_t code, int family, const g_nd* g, double s0, double s1) {
+  cl_mem in1 = L->in[0].mem, in2 = L->num_inputs > 1 ? L->in[1].mem : in1;
+  return ocl_launch_fast(L, code, family, g, L->out[0].mem, in1, in2, s0, s1);
 }
 
 /* out = code(inputs) computed in family; s* are the op's scalars (clamp bounds). */
@@ -185,6 +200,23 @@ static oar_status copy_raw(ocl_launch* L, const ocl_tensor* out, const ocl_tenso
   const ocl_tensor* ts[2] = {out, x};
   g_nd g;
   nd_geometry(&g, out->ndim, out->shape, ts, 2, true);
+  if (seq == 0 && g.ndim == 1 && g.stride[0][0] == 1 && g.stride[1][0] == 1) { /* one block of bytes */
+    size_t size = (size_t)out->elem_size, bytes = (size_t)g.numel * size;
+    bool overlap = out->mem == x->mem && (size_t)g.offset[0] * size < (size_t)g.offset[1] * size + bytes &&
+                   (size_t)g.offset[1] * size < (size_t)g.offset[0] * size + bytes;
+    if (!overlap) {
+      cl_event event = NULL;
+      cl_int error = clEnqueueCopyBuffer(L->stream->queue, x->mem, out->mem, (size_t)g.offset[1] * size,
+                                         (size_t)g.offset[0] * size, bytes, 0, NULL, &event);
+      if (error != CL_SUCCESS) return ocl_fail_cl(error, "kernel_launch", "clEnqueueCopyBuffer (copy)");
+      ocl_stream_enqueued(L->stream, event, L->op->name, "kernel");
+      return OAR_SUCCESS;
+    }
+  }
+  if (seq == 0 && (out->dtype == DT_F32 || (out->dtype == DT_F64 && L->dev->fp64)) && g.ndim <= 3 &&
+      (g.ndim == 1 || g.shape[g.ndim - 1] >= 16)) /* a float copy: the vectorized identity */
+    return ocl_launch_fast(L, EW_IDENTITY, out->dtype == DT_F32 ? FAMILY_F : FAMILY_D, &g, out->mem, x->mem, x->mem,
+                           0, 0);
   ocl_args a = {0};
   int32_t size = out->elem_size;
   cl_mem status = launch_status(L);

@@ -99,18 +99,19 @@ kernel void FAM(dropout)(g_nd g, int dt, ulong seed, ulong offset, uint threshol
   }
 }
 
-/* The fast path: out and inputs of dtype T over at most 2 (coalesced) dims, one
-   work item per element on a 2-D range (cols, rows). The op is a compile-time
-   constant per kernel, so the switch folds away and the compiler vectorizes
-   (strided and broadcast (stride 0) inputs included). ewc_<code>_F / _D. */
+/* The fast path: out and inputs of dtype T over at most 3 (coalesced) dims, one
+   work item per element on a 3-D range (cols, rows, planes). The op is a
+   compile-time constant per kernel, so the switch folds away and the compiler
+   vectorizes (strided and broadcast (stride 0) inputs included). ewc_<code>_F / _D.
+   s[t] = {offset, plane stride, row stride, col stride} of tensor t (0 out). */
 #define EW_FAST(code)                                                                                             \
-  kernel void FAM(ewc_##code)(long cols, long rows, T s0, T s1, global T* po, long oo, long o_r, long o_c,        \
-                              global const T* p1, long o1, long r1, long c1, global const T* p2, long o2, long r2, \
-                              long c2) {                                                                          \
-    long c = get_global_id(0), r = get_global_id(1);                                                              \
-    if (c >= cols || r >= rows) return;                                                                           \
-    po[oo + r * o_r + c * o_c] =                                                                                  \
-        FAM(ew_op)(code, p1[o1 + r * r1 + c * c1], p2[o2 + r * r2 + c * c2], (T)0, s0, s1);                        \
+  kernel void FAM(ewc_##code)(long cols, long rows, long planes, T s0, T s1, long16 s, global T* po,              \
+                              global const T* p1, global const T* p2) {                                           \
+    long c = get_global_id(0), r = get_global_id(1), p = get_global_id(2);                                         \
+    if (c >= cols || r >= rows || p >= planes) return;                                                            \
+    po[s.s0 + p * s.s1 + r * s.s2 + c * s.s3] =                                                                   \
+        FAM(ew_op)(code, p1[s.s4 + p * s.s5 + r * s.s6 + c * s.s7], p2[s.s8 + p * s.s9 + r * s.sa + c * s.sb],     \
+                   (T)0, s0, s1);                                                                                 \
   }
 /* EW_IDENTITY .. EW_ERF, EW_CLAMP, EW_ADD .. EW_MINIMUM, the gelu gradients: the ops whose result is T */
 EW_FAST(0) EW_FAST(1) EW_FAST(2) EW_FAST(3) EW_FAST(4) EW_FAST(5) EW_FAST(6) EW_FAST(7) EW_FAST(8) EW_FAST(9)

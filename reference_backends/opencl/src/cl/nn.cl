@@ -1,5 +1,5 @@
-/* nn.cl -- matmul (tiled, any strides, batched), conv2d and its gradients
- * (direct), max / avg pooling and their gradients, for T float / double
+/* nn.cl -- matmul (tiled, any strides, batched; sums in T), conv2d and its
+ * gradients (direct; sums in ACC), max / avg pooling and their gradients, for T float / double
  * (FAM(name) -> name_F / name_D). Every output element is written by one work
  * item that sums in a fixed order, so results do not depend on the launch. */
 
@@ -158,7 +158,7 @@ kernel void FAM(matmul_dots)(g_matmul g, global T* po, global const T* pa, globa
 #undef MV_WIDTH
 #undef MV_ROWS
 
-/* ---- conv2d (NCHW), direct -------------------------------------------------------------- */
+/* ---- conv2d (NCHW), direct, sums in ACC (double where the device has it) -------------------------------------------------------------- */
 
 inline long FAM(x_at)(const g_conv* g, long n, long c, long h, long w) {
   return g->x_offset + n * g->x_stride[0] + c * g->x_stride[1] + h * g->x_stride[2] + w * g->x_stride[3];
@@ -180,7 +180,7 @@ kernel void FAM(conv2d)(g_conv g, global T* po, global const T* px, global const
     long ow = i % g.out_w, oh = (i / g.out_w) % g.out_h, o = (i / (g.out_w * g.out_h)) % g.out_c;
     long n = i / (g.out_w * g.out_h * g.out_c);
     long c0 = (o / group_out) * group_in;
-    T acc = g.has_bias ? pbias[g.bias_offset + o * g.bias_stride] : (T)0;
+    ACC acc = g.has_bias ? (ACC)pbias[g.bias_offset + o * g.bias_stride] : (ACC)0;
     for (long c = 0; c < group_in; c++)
       for (long kh = 0; kh < g.k_h; kh++) {
         long ih = oh * g.stride_h - g.pad_h + kh * g.dil_h;
@@ -188,10 +188,10 @@ kernel void FAM(conv2d)(g_conv g, global T* po, global const T* px, global const
         for (long kw = 0; kw < g.k_w; kw++) {
           long iw = ow * g.stride_w - g.pad_w + kw * g.dil_w;
           if (iw < 0 || iw >= g.in_w) continue;
-          acc += px[FAM(x_at)(&g, n, c0 + c, ih, iw)] * pw[FAM(w_at)(&g, o, c, kh, kw)];
+          acc += (ACC)px[FAM(x_at)(&g, n, c0 + c, ih, iw)] * (ACC)pw[FAM(w_at)(&g, o, c, kh, kw)];
         }
       }
-    po[FAM(o_at)(&g, n, o, oh, ow)] = acc;
+    po[FAM(o_at)(&g, n, o, oh, ow)] = (T)acc;
   }
 }
 
@@ -204,7 +204,7 @@ kernel void FAM(conv2d_backward_input)(g_conv g, global T* pgx, global const T* 
     long iw = i % g.in_w, ih = (i / g.in_w) % g.in_h, ci = (i / (g.in_w * g.in_h)) % g.in_c;
     long n = i / (g.in_w * g.in_h * g.in_c);
     long grp = ci / group_in, c = ci % group_in;
-    T acc = (T)0;
+    ACC acc = (ACC)0;
     for (long kh = 0; kh < g.k_h; kh++) {
       long th = ih + g.pad_h - kh * g.dil_h;
       if (th < 0 || th % g.stride_h != 0) continue;
@@ -217,11 +217,11 @@ kernel void FAM(conv2d_backward_input)(g_conv g, global T* pgx, global const T* 
         if (ow >= g.out_w) continue;
         for (long oo = 0; oo < group_out; oo++) {
           long o = grp * group_out + oo;
-          acc += pgrad[FAM(o_at)(&g, n, o, oh, ow)] * pw[FAM(w_at)(&g, o, c, kh, kw)];
+          acc += (ACC)pgrad[FAM(o_at)(&g, n, o, oh, ow)] * (ACC)pw[FAM(w_at)(&g, o, c, kh, kw)];
         }
       }
     }
-    pgx[FAM(x_at)(&g, n, ci, ih, iw)] = acc;
+    pgx[FAM(x_at)(&g, n, ci, ih, iw)] = (T)acc;
   }
 }
 
@@ -234,7 +234,7 @@ kernel void FAM(conv2d_backward_weight)(g_conv g, global T* pgw, global const T*
     long kw = i % g.k_w, kh = (i / g.k_w) % g.k_h, c = (i / (g.k_w * g.k_h)) % group_in;
     long o = i / (g.k_w * g.k_h * group_in);
     long ci = (o / group_out) * group_in + c;
-    T acc = (T)0;
+    ACC acc = (ACC)0;
     for (long n = 0; n < g.batch; n++)
       for (long oh = 0; oh < g.out_h; oh++) {
         long ih = oh * g.stride_h - g.pad_h + kh * g.dil_h;
@@ -242,10 +242,10 @@ kernel void FAM(conv2d_backward_weight)(g_conv g, global T* pgw, global const T*
         for (long ow = 0; ow < g.out_w; ow++) {
           long iw = ow * g.stride_w - g.pad_w + kw * g.dil_w;
           if (iw < 0 || iw >= g.in_w) continue;
-          acc += pgrad[FAM(o_at)(&g, n, o, oh, ow)] * px[FAM(x_at)(&g, n, ci, ih, iw)];
+          acc += (ACC)pgrad[FAM(o_at)(&g, n, o, oh, ow)] * (ACC)px[FAM(x_at)(&g, n, ci, ih, iw)];
         }
       }
-    pgw[FAM(w_at)(&g, o, c, kh, kw)] = acc;
+    pgw[FAM(w_at)(&g, o, c, kh, kw)] = (T)acc;
   }
 }
 

@@ -7,6 +7,14 @@
  * NaN counting as largest. var divides by max(0, n - correction). Two
  * variants: one work item per row (short rows) and one group per row. */
 
+/* Loads of x: float32 / float64 inputs are T itself (typed, so the loop vectorizes); the
+   integer family converts int32 / int64 / bool. */
+#ifdef FAMILY_L
+#define RLD(p, dt, i) ld_L((p), (dt), (i))
+#else
+#define RLD(p, dt, i) (((global const T*)(p))[i])
+#endif
+
 /* Whether (v, i) beats (w, j) for max (want_max) or min; j < 0 is "none yet". */
 inline bool FAM(beats)(T v, long i, T w, long j, bool want_max) {
   if (j < 0) return true;
@@ -43,7 +51,7 @@ kernel void FAM(reduce_serial)(g_rows g, int op, int dtx, int dto, long correcti
     T best = 0;
     long best_index = -1;
     for (long r = 0; r < n; r++) {
-      T v = LD(px, dtx, base[1] + rows_inner(&g, r, 1));
+      T v = RLD(px, dtx, base[1] + rows_inner(&g, r, 1));
       sum += (ACC)v;
       if (FAM(beats)(v, r, best, best_index, want_max)) {
         best = v;
@@ -54,7 +62,7 @@ kernel void FAM(reduce_serial)(g_rows g, int op, int dtx, int dto, long correcti
     if (op == RED_VAR) {
       ACC mean = sum / (ACC)n;
       for (long r = 0; r < n; r++) {
-        ACC d = (ACC)LD(px, dtx, base[1] + rows_inner(&g, r, 1)) - mean;
+        ACC d = (ACC)RLD(px, dtx, base[1] + rows_inner(&g, r, 1)) - mean;
         extra += d * d;
       }
     }
@@ -77,7 +85,7 @@ kernel void FAM(reduce_group)(g_rows g, int op, int dtx, int dto, long correctio
     T best = 0;
     long best_index = -1;
     for (long r = lid; r < n; r += LOCAL_SIZE) {
-      T v = LD(px, dtx, base[1] + rows_inner(&g, r, 1));
+      T v = RLD(px, dtx, base[1] + rows_inner(&g, r, 1));
       sum += (ACC)v;
       if (FAM(beats)(v, r, best, best_index, want_max)) {
         best = v;
@@ -105,7 +113,7 @@ kernel void FAM(reduce_group)(g_rows g, int op, int dtx, int dto, long correctio
     if (op == RED_VAR) {
       ACC mean = total / (ACC)n;
       for (long r = lid; r < n; r += LOCAL_SIZE) {
-        ACC d = (ACC)LD(px, dtx, base[1] + rows_inner(&g, r, 1)) - mean;
+        ACC d = (ACC)RLD(px, dtx, base[1] + rows_inner(&g, r, 1)) - mean;
         extra += d * d;
       }
     }
@@ -120,3 +128,5 @@ kernel void FAM(reduce_group)(g_rows g, int op, int dtx, int dto, long correctio
     barrier(CLK_LOCAL_MEM_FENCE);
   }
 }
+
+#undef RLD
