@@ -157,21 +157,29 @@ def test_reductions_of_both_kernel_variants(dev, shape, dims):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("layout", ["rows", "dots", "tiles"])
+@pytest.mark.parametrize("layout", ["rows", "transposed", "dots", "tiles"])
 def test_matmul_kernels_on_odd_sizes_batches_and_views(dev, layout, dtype):
-    """b with contiguous rows, b as a transposed view (x @ w.T), both operands transposed: each
-    layout takes its own kernel on a CPU device; sizes off every tile and vector width."""
+    """b with contiguous rows; b a transposed view (x @ w.T: copied row-major first); b transposed
+    and broadcast over one of two batch dims (dot products along k); both operands transposed
+    (local-memory tiles): each takes its own path on a CPU device. Sizes off every tile and width."""
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((3, 70, 129)).astype(dtype)
+    a = rng.standard_normal((2, 3, 70, 129)).astype(dtype)
     b = rng.standard_normal((129, 65)).astype(dtype)
+    want = a @ b
     if layout == "rows":
         left, right = oar.tensor(a), oar.tensor(b)
-    elif layout == "dots":
+    elif layout == "transposed":
         left, right = oar.tensor(a), oar.tensor(b.T.copy()).T
+    elif layout == "dots":
+        b3 = rng.standard_normal((1, 3, 129, 65)).astype(dtype)
+        want = a @ b3
+        left = oar.tensor(a)
+        right = oar.tensor(np.swapaxes(b3, -1, -2).copy()).transpose(-1, -2).expand([2, 3, 129, 65])
     else:
-        left, right = oar.tensor(a.transpose(0, 2, 1).copy()).transpose(1, 2), oar.tensor(b.T.copy()).T
-    got = (left @ right).numpy()  # b broadcast over a's batch
-    np.testing.assert_allclose(got, a @ b, rtol=1e-4 if dtype == "float32" else 1e-12, atol=1e-4)
+        left = oar.tensor(np.swapaxes(a, -1, -2).copy()).transpose(-1, -2)
+        right = oar.tensor(b.T.copy()).T
+    got = (left @ right).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-12, atol=1e-4)
 
 
 # ---- what only this plugin has ------------------------------------------------------------------------

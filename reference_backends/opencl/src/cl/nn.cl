@@ -68,11 +68,24 @@ kernel void FAM(matmul)(g_matmul g, global T* po, global const T* pa, global con
 #define MV_LOAD vload16
 #define MV_STORE vstore16
 #define MV_WIDTH 16
+inline float mv_hsum_F(float16 v) {
+  float8 a = v.lo + v.hi;
+  float4 b = a.lo + a.hi;
+  float2 c = b.lo + b.hi;
+  return c.x + c.y;
+}
+#define MV_HSUM mv_hsum_F
 #else
 #define MV_VEC double8
 #define MV_LOAD vload8
 #define MV_STORE vstore8
 #define MV_WIDTH 8
+inline double mv_hsum_D(double8 v) {
+  double4 b = v.lo + v.hi;
+  double2 c = b.lo + b.hi;
+  return c.x + c.y;
+}
+#define MV_HSUM mv_hsum_D
 #endif
 #define MV_ROWS 4
 
@@ -142,10 +155,7 @@ kernel void FAM(matmul_dots)(g_matmul g, global T* po, global const T* pa, globa
   for (int i = 0; i < MV_ROWS; i++) {
     if (m0 + i >= g.m) break;
     for (int j = 0; j < MV_ROWS && n0 + j < g.n; j++) {
-      T lanes[MV_WIDTH];
-      MV_STORE(acc[i][j], 0, lanes);
-      T sum = (T)0;
-      for (int l = 0; l < MV_WIDTH; l++) sum += lanes[l];
+      T sum = MV_HSUM(acc[i][j]);
       for (long r = k; r < g.k; r++) sum += a[i][r] * b[j][r];
       po[off[2] + (m0 + i) * g.out_row + (n0 + j) * g.out_col] = sum;
     }
@@ -157,6 +167,7 @@ kernel void FAM(matmul_dots)(g_matmul g, global T* po, global const T* pa, globa
 #undef MV_STORE
 #undef MV_WIDTH
 #undef MV_ROWS
+#undef MV_HSUM
 
 /* ---- conv2d (NCHW), direct, sums in ACC (double where the device has it) -------------------------------------------------------------- */
 
