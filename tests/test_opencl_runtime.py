@@ -157,11 +157,11 @@ def test_reductions_of_both_kernel_variants(dev, shape, dims):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("layout", ["rows", "transposed", "dots", "tiles"])
+@pytest.mark.parametrize("layout", ["rows", "transposed", "batched", "tiles"])
 def test_matmul_kernels_on_odd_sizes_batches_and_views(dev, layout, dtype):
-    """b with contiguous rows; b a transposed view (x @ w.T: copied row-major first); b transposed
-    and broadcast over one of two batch dims (dot products along k); both operands transposed
-    (local-memory tiles): each takes its own path on a CPU device. Sizes off every tile and width."""
+    """b with contiguous rows; b a transposed view (x @ w.T: copied row-major once); b transposed
+    and broadcast over one of two batch dims that do not merge (copied per batch element); both
+    operands transposed. Sizes off every tile and vector width."""
     rng = np.random.default_rng(3)
     a = rng.standard_normal((2, 3, 70, 129)).astype(dtype)
     b = rng.standard_normal((129, 65)).astype(dtype)
@@ -170,7 +170,7 @@ def test_matmul_kernels_on_odd_sizes_batches_and_views(dev, layout, dtype):
         left, right = oar.tensor(a), oar.tensor(b)
     elif layout == "transposed":
         left, right = oar.tensor(a), oar.tensor(b.T.copy()).T
-    elif layout == "dots":
+    elif layout == "batched":
         b3 = rng.standard_normal((1, 3, 129, 65)).astype(dtype)
         want = a @ b3
         left = oar.tensor(a)

@@ -42,7 +42,6 @@ static const struct {
     [K_CE_BACKWARD_F] = {PROGRAM_REDUCE, "ce_backward_F"}, [K_CE_BACKWARD_D] = {PROGRAM_REDUCE, "ce_backward_D"},
     [K_MATMUL_F] = {PROGRAM_NN, "matmul_F"}, [K_MATMUL_D] = {PROGRAM_NN, "matmul_D"},
     [K_MATMUL_ROWS_F] = {PROGRAM_NN, "matmul_rows_F"}, [K_MATMUL_ROWS_D] = {PROGRAM_NN, "matmul_rows_D"},
-    [K_MATMUL_DOTS_F] = {PROGRAM_NN, "matmul_dots_F"}, [K_MATMUL_DOTS_D] = {PROGRAM_NN, "matmul_dots_D"},
     [K_CONV2D_F] = {PROGRAM_NN, "conv2d_F"}, [K_CONV2D_D] = {PROGRAM_NN, "conv2d_D"},
     [K_CONV2D_BI_F] = {PROGRAM_NN, "conv2d_backward_input_F"},
     [K_CONV2D_BI_D] = {PROGRAM_NN, "conv2d_backward_input_D"},

@@ -167,10 +167,14 @@ int family_of(uint8_t dtype);
 /* The status block of the launch's stream. */
 cl_mem launch_status(const ocl_launch* L);
 
-/* The vectorized elementwise kernel ewc_<code> (family F or D) over g (<= 3 dims; tensor 0
+/* The vectorized elementwise kernel ewc_<code> (family F or D) over g (<= 4 dims; tensor 0
    out, 1 and 2 the inputs); see cl/ew_float.cl. */
 oar_status ocl_launch_fast(ocl_launch* L, int32_t code, int family, const g_nd* g, cl_mem out, cl_mem in1,
                            cl_mem in2, double s0, double s1);
+
+/* Copies float data (size 4 or 8 bytes: float32 / float64) or any elements over g (tensor 0
+   out, 1 in); vectorized for floats over <= 4 dims. */
+oar_status ocl_launch_copy(ocl_launch* L, const g_nd* g, int32_t size, cl_mem out, cl_mem in);
 
 /* out = x (same dtype, any strides); skipped when launch seq (if not 0) failed its index check. */
 oar_status ocl_copy_tensor(ocl_launch* L, const ocl_tensor* out, const ocl_tensor* x, uint64_t seq);

@@ -9,8 +9,17 @@
 
 static const ocl_kernel_id EW_KERNELS[3] = {K_EW_F, K_EW_D, K_EW_L};
 
+#define FAST_BLOCKS 64 /* a 4th dim of at most this many: one launch per index */
+
+/* Whether g suits ocl_launch_fast: <= 3 dims, or 4 with a short outermost one; an inner dim
+   long enough to fill a group (or a single dim). */
+static bool fast_geometry(const g_nd* g) {
+  if (g->ndim > 4 || (g->ndim == 4 && g->shape[0] > FAST_BLOCKS)) return false;
+  return g->ndim == 1 || g->shape[g->ndim - 1] >= 16;
+}
+
 /* The fast path applies: at most two inputs, every tensor of the family's own
-   dtype (float32 / float64), at most 3 dims after coalescing with an inner dim
+   dtype (float32 / float64), at most 4 dims after coalescing with an inner dim
    long enough to fill a group (or one dim), and an op with a T result
    (ewc_<code> exists). */
 static bool fast_case(const ocl_launch* L, const g_nd* g, int family, int32_t code) {
@@ -18,47 +27,58 @@ static bool fast_case(const ocl_launch* L, const g_nd* g, int family, int32_t co
   bool has_kernel = (code >= EW_IDENTITY && code <= EW_ERF) || code == EW_CLAMP ||
                     (code >= EW_ADD && code <= EW_MINIMUM) || code == EW_GELU_BACKWARD_ERF ||
                     code == EW_GELU_BACKWARD_TANH;
-  if (!has_kernel || g->ndim > 3 || L->num_inputs > 2 || L->out[0].dtype != dtype) return false;
+  if (!has_kernel || L->num_inputs > 2 || L->out[0].dtype != dtype) return false;
   for (uint32_t i = 0; i < L->num_inputs; i++)
     if (L->in[i].dtype != dtype) return false;
-  return g->shape[g->ndim - 1] >= 16 || g->ndim == 1;
+  return fast_geometry(g);
 }
 
-/* Launches ewc_<code> over g (<= 3 dims): out is tensor 0, the inputs 1 and 2 (an
-   absent second input reads the first). */
+/* Launches ewc_<code> over g (<= 4 dims; a 4th, outermost, dim of at most FAST_BLOCKS is one
+   launch per index): out is tensor 0, the inputs 1 and 2 (an absent second input reads the first). */
+
 oar_status ocl_launch_fast(ocl_launch* L, int32_t code, int family, const g_nd* g, cl_mem out, cl_mem in1,
                            cl_mem in2, double s0, double s1) {
-  ocl_args a = {0};
-  int inner = g->ndim - 1;
-  int64_t cols = g->shape[inner], rows = g->ndim >= 2 ? g->shape[inner - 1] : 1;
-  int64_t planes = g->ndim == 3 ? g->shape[0] : 1;
-  int64_t strides[16] = {0};
+  /* dims right-aligned into (block, plane, row, col) */
+  int64_t shape[4] = {1, 1, 1, 1};
+  int lead = 4 - g->ndim;
+  for (int d = 0; d < g->ndim; d++) shape[lead + d] = g->shape[d];
+  int64_t strides[3][4] = {{0}}, offsets[3];
   for (int t = 0; t < 3; t++) {
     int source = t < g->ntensors ? t : 1;
-    strides[4 * t] = g->offset[source];
-    strides[4 * t + 1] = g->ndim == 3 ? g->stride[source][0] : 0;
-    strides[4 * t + 2] = g->ndim >= 2 ? g->stride[source][inner - 1] : 0;
-    strides[4 * t + 3] = g->stride[source][inner];
+    offsets[t] = g->offset[source];
+    for (int d = 0; d < g->ndim; d++) strides[t][lead + d] = g->stride[source][d];
   }
-  ARG(&a, cols);
-  ARG(&a, rows);
-  ARG(&a, planes);
-  if (family == FAMILY_F) {
-    float f0 = (float)s0, f1 = (float)s1;
-    ARG(&a, f0);
-    ARG(&a, f1);
-  } else {
-    ARG(&a, s0);
-    ARG(&a, s1);
-  }
-  ARG(&a, strides);
-  arg_mem(&a, out);
-  arg_mem(&a, in1);
-  arg_mem(&a, in2);
+  int64_t cols = shape[3], rows = shape[2], planes = shape[1];
   size_t local[3] = {cols >= 128 ? 128 : (cols >= 64 ? 64 : (cols >= 32 ? 32 : 16)), 1, 1};
   size_t global[3] = {(size_t)((cols + local[0] - 1) / local[0] * local[0]), (size_t)rows, (size_t)planes};
   ocl_kernel_id id = (ocl_kernel_id)((family == FAMILY_F ? K_EWC_F : K_EWC_D) + code);
-  return ocl_enqueue(L->stream, id, &a, 3, global, local, L->op->name);
+  for (int64_t block = 0; block < shape[0]; block++) {
+    ocl_args a = {0};
+    int64_t packed[16] = {0};
+    for (int t = 0; t < 3; t++) {
+      packed[4 * t] = offsets[t] + block * strides[t][0];
+      packed[4 * t + 1] = strides[t][1];
+      packed[4 * t + 2] = strides[t][2];
+      packed[4 * t + 3] = strides[t][3];
+    }
+    ARG(&a, cols);
+    ARG(&a, rows);
+    ARG(&a, planes);
+    if (family == FAMILY_F) {
+      float f0 = (float)s0, f1 = (float)s1;
+      ARG(&a, f0);
+      ARG(&a, f1);
+    } else {
+      ARG(&a, s0);
+      ARG(&a, s1);
+    }
+    ARG(&a, packed);
+    arg_mem(&a, out);
+    arg_mem(&a, in1);
+    arg_mem(&a, in2);
+    OCL_TRY(ocl_enqueue(L->stream, id, &a, 3, global, local, L->op->name));
+  }
+  return OAR_SUCCESS;
 }
 
 static oar_status run_fast(ocl_launch* L, int32_t code, int family, const g_nd* g, double s0, double s1) {
@@ -213,8 +233,8 @@ static oar_status copy_raw(ocl_launch* L, const ocl_tensor* out, const ocl_tenso
       return OAR_SUCCESS;
     }
   }
-  if (seq == 0 && (out->dtype == DT_F32 || (out->dtype == DT_F64 && L->dev->fp64)) && g.ndim <= 3 &&
-      (g.ndim == 1 || g.shape[g.ndim - 1] >= 16)) /* a float copy: the vectorized identity */
+  if (seq == 0 && (out->dtype == DT_F32 || (out->dtype == DT_F64 && L->dev->fp64)) && fast_geometry(&g))
+    /* a float copy: the vectorized identity */
     return ocl_launch_fast(L, EW_IDENTITY, out->dtype == DT_F32 ? FAMILY_F : FAMILY_D, &g, out->mem, x->mem, x->mem,
                            0, 0);
   ocl_args a = {0};
@@ -227,6 +247,22 @@ static oar_status copy_raw(ocl_launch* L, const ocl_tensor* out, const ocl_tenso
   arg_mem(&a, out->mem);
   arg_mem(&a, x->mem);
   return launch_wide(L, K_COPY_RAW, &a, g.numel);
+}
+
+oar_status ocl_launch_copy(ocl_launch* L, const g_nd* g, int32_t size, cl_mem out, cl_mem in) {
+  if (g->numel == 0) return OAR_SUCCESS;
+  if ((size == 4 || (size == 8 && L->dev->fp64)) && fast_geometry(g)) /* float data: the vectorized identity */
+    return ocl_launch_fast(L, EW_IDENTITY, size == 4 ? FAMILY_F : FAMILY_D, g, out, in, in, 0, 0);
+  ocl_args a = {0};
+  uint64_t seq = 0;
+  cl_mem status = launch_status(L);
+  ARG(&a, *g);
+  ARG(&a, size);
+  ARG(&a, seq);
+  arg_mem(&a, status);
+  arg_mem(&a, out);
+  arg_mem(&a, in);
+  return launch_wide(L, K_COPY_RAW, &a, g->numel);
 }
 
 oar_status ocl_copy_tensor(ocl_launch* L, const ocl_tensor* out, const ocl_tensor* x, uint64_t seq) {

@@ -84,39 +84,45 @@ static oar_status run_matmul(ocl_launch* L, const char* op) {
   arg_mem(&args, b->mem);
   bool f64 = out->dtype == DT_F64;
   if (L->dev->type & CL_DEVICE_TYPE_CPU) {
-    /* CPU devices: vectors along a contiguous dim beat local-memory tiles */
+    /* CPU devices: vectors along b's rows beat local-memory tiles */
     size_t width = f64 ? 8 : 16, rows = 4; /* MV_WIDTH, MV_ROWS of nn.cl */
     cl_mem scratch = NULL;
-    if (g.b_col != 1 && g.out_col == 1 && g.batch_ndim <= 1) {
-      /* b's rows are not contiguous (x @ w.T): copy b row-major into scratch first, once per
-         distinct matrix (a b broadcast over the batch is copied once) */
-      bool shared = g.batch_ndim == 0 || g.batch_stride[1][0] == 0;
+    if (g.b_col != 1 && g.out_col == 1) {
+      /* b's rows are not contiguous (x @ w.T, q @ k.T): copy b row-major into scratch first,
+         once per distinct matrix (a b broadcast over the whole batch is copied once) */
+      bool shared = true;
+      for (int d = 0; d < g.batch_ndim; d++) shared &= g.batch_stride[1][d] == 0;
+      int copy_dims = shared ? 0 : g.batch_ndim;
       int64_t copies = shared ? 1 : g.batch;
       size_t bytes = (size_t)(copies * k * cols) * (size_t)out->elem_size;
       OCL_TRY(ocl_stream_scratch(L->stream, bytes, &scratch));
       g_nd copy;
       memset(&copy, 0, sizeof copy);
-      copy.ndim = 3;
+      copy.ndim = copy_dims + 2;
       copy.ntensors = 2;
       copy.numel = copies * k * cols;
-      copy.shape[0] = copies;
-      copy.shape[1] = k;
-      copy.shape[2] = cols;
-      copy.stride[0][0] = k * cols;
-      copy.stride[0][1] = cols;
-      copy.stride[0][2] = 1;
-      copy.stride[1][0] = shared ? 0 : g.batch_stride[1][0];
-      copy.stride[1][1] = g.b_row;
-      copy.stride[1][2] = g.b_col;
+      int64_t step = k * cols;
+      for (int d = copy_dims - 1; d >= 0; d--) {
+        copy.shape[d] = g.batch_shape[d];
+        copy.stride[0][d] = step;
+        copy.stride[1][d] = g.batch_stride[1][d];
+        g.batch_stride[1][d] = step; /* b's batch strides in the copy */
+        step *= g.batch_shape[d];
+      }
+      copy.shape[copy_dims] = k;
+      copy.shape[copy_dims + 1] = cols;
+      copy.stride[0][copy_dims] = cols;
+      copy.stride[0][copy_dims + 1] = 1;
+      copy.stride[1][copy_dims] = g.b_row;
+      copy.stride[1][copy_dims + 1] = g.b_col;
       copy.offset[1] = g.offset[1];
-      oar_status status = ocl_launch_fast(L, EW_IDENTITY, f64 ? FAMILY_D : FAMILY_F, &copy, scratch, b->mem, b->mem, 0, 0);
+      oar_status status = ocl_launch_copy(L, &copy, out->elem_size, scratch, b->mem);
       if (status != OAR_SUCCESS) {
         clReleaseMemObject(scratch);
         return status;
       }
       g.b_row = cols;
       g.b_col = 1;
-      if (g.batch_ndim == 1) g.batch_stride[1][0] = shared ? 0 : k * cols;
       g.offset[1] = 0;
       args = (ocl_args){0};
       ARG(&args, g);
@@ -130,11 +136,6 @@ static oar_status run_matmul(ocl_launch* L, const char* op) {
       oar_status status = ocl_enqueue(L->stream, f64 ? K_MATMUL_ROWS_D : K_MATMUL_ROWS_F, &args, 3, global, local, op);
       if (scratch) clReleaseMemObject(scratch);
       return status;
-    }
-    if (g.a_col == 1 && g.b_row == 1) {
-      size_t global[3] = {(size_t)((cols + rows - 1) / rows), (size_t)((m + rows - 1) / rows), (size_t)g.batch};
-      size_t local[3] = {1, 1, 1};
-      return ocl_enqueue(L->stream, f64 ? K_MATMUL_DOTS_D : K_MATMUL_DOTS_F, &args, 3, global, local, op);
     }
   }
   const size_t block = 64, tile = 16; /* MM_BLOCK, MM_TILE of nn.cl */

@@ -102,8 +102,9 @@ kernel void FAM(dropout)(g_nd g, int dt, ulong seed, ulong offset, uint threshol
 /* The fast path: out and inputs of dtype T over at most 3 (coalesced) dims, one
    work item per element on a 3-D range (cols, rows, planes). The op is a
    compile-time constant per kernel, so the switch folds away and the compiler
-   vectorizes (strided and broadcast (stride 0) inputs included). ewc_<code>_F / _D.
-   s[t] = {offset, plane stride, row stride, col stride} of tensor t (0 out). */
+   vectorizes (strided and broadcast (stride 0) inputs included; no division may
+   enter the index math, or PoCL stops vectorizing). ewc_<code>_F / _D.
+   s holds per tensor t (0 out, 1, 2 the inputs) {offset, plane, row, col stride}. */
 #define EW_FAST(code)                                                                                             \
   kernel void FAM(ewc_##code)(long cols, long rows, long planes, T s0, T s1, long16 s, global T* po,              \
                               global const T* p1, global const T* p2) {                                           \

@@ -68,24 +68,11 @@ kernel void FAM(matmul)(g_matmul g, global T* po, global const T* pa, global con
 #define MV_LOAD vload16
 #define MV_STORE vstore16
 #define MV_WIDTH 16
-inline float mv_hsum_F(float16 v) {
-  float8 a = v.lo + v.hi;
-  float4 b = a.lo + a.hi;
-  float2 c = b.lo + b.hi;
-  return c.x + c.y;
-}
-#define MV_HSUM mv_hsum_F
 #else
 #define MV_VEC double8
 #define MV_LOAD vload8
 #define MV_STORE vstore8
 #define MV_WIDTH 8
-inline double mv_hsum_D(double8 v) {
-  double4 b = v.lo + v.hi;
-  double2 c = b.lo + b.hi;
-  return c.x + c.y;
-}
-#define MV_HSUM mv_hsum_D
 #endif
 #define MV_ROWS 4
 
@@ -125,49 +112,11 @@ kernel void FAM(matmul_rows)(g_matmul g, global T* po, global const T* pa, globa
     }
 }
 
-/* a rows and b columns contiguous along k (a_col == 1, b_row == 1: x @ w.T):
-   MV_ROWS x MV_ROWS dot products with vectors along k, summed at the end.
-   global = (ceil(n / MV_ROWS), ceil(m / MV_ROWS), batch). */
-kernel void FAM(matmul_dots)(g_matmul g, global T* po, global const T* pa, global const T* pb) {
-  long n0 = (long)get_global_id(0) * MV_ROWS, m0 = (long)get_global_id(1) * MV_ROWS;
-  if (n0 >= g.n || m0 >= g.m) return;
-  long off[3];
-  FAM(mm_batch)(&g, get_global_id(2), off);
-  global const T* a[MV_ROWS];
-  global const T* b[MV_ROWS];
-  for (int i = 0; i < MV_ROWS; i++) {
-    a[i] = pa + off[0] + min(m0 + i, g.m - 1) * g.a_row;
-    b[i] = pb + off[1] + min(n0 + i, g.n - 1) * g.b_col;
-  }
-  MV_VEC acc[MV_ROWS][MV_ROWS];
-  for (int i = 0; i < MV_ROWS; i++)
-    for (int j = 0; j < MV_ROWS; j++) acc[i][j] = (MV_VEC)(0);
-  long k = 0;
-  for (; k + MV_WIDTH <= g.k; k += MV_WIDTH) {
-    MV_VEC av[MV_ROWS], bv[MV_ROWS];
-    for (int i = 0; i < MV_ROWS; i++) {
-      av[i] = MV_LOAD(0, a[i] + k);
-      bv[i] = MV_LOAD(0, b[i] + k);
-    }
-    for (int i = 0; i < MV_ROWS; i++)
-      for (int j = 0; j < MV_ROWS; j++) acc[i][j] += av[i] * bv[j];
-  }
-  for (int i = 0; i < MV_ROWS; i++) {
-    if (m0 + i >= g.m) break;
-    for (int j = 0; j < MV_ROWS && n0 + j < g.n; j++) {
-      T sum = MV_HSUM(acc[i][j]);
-      for (long r = k; r < g.k; r++) sum += a[i][r] * b[j][r];
-      po[off[2] + (m0 + i) * g.out_row + (n0 + j) * g.out_col] = sum;
-    }
-  }
-}
-
 #undef MV_VEC
 #undef MV_LOAD
 #undef MV_STORE
 #undef MV_WIDTH
 #undef MV_ROWS
-#undef MV_HSUM
 
 /* ---- conv2d (NCHW), direct, sums in ACC (double where the device has it) -------------------------------------------------------------- */
 
