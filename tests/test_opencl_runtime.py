@@ -182,6 +182,35 @@ def test_matmul_kernels_on_odd_sizes_batches_and_views(dev, layout, dtype):
     np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-12, atol=1e-4)
 
 
+def test_launches_from_two_threads_on_one_stream(dev):
+    """x @ w.T stages w in the stream's scratch memory: launches racing on one stream stay whole."""
+    import threading
+
+    stream = oar.Stream(dev)
+    rng = np.random.default_rng(11)
+    pairs = [(rng.standard_normal((40, 48)).astype(np.float32), rng.standard_normal((36, 48)).astype(np.float32))
+             for _ in range(2)]
+    errors = []
+
+    def work(a, w):
+        try:
+            with stream:
+                x, weight = oar.tensor(a), oar.tensor(w)
+                results = [x @ weight.T for _ in range(15)]
+                stream.synchronize()
+            for result in results:
+                np.testing.assert_allclose(result.numpy(), a @ w.T, rtol=1e-4, atol=1e-4)
+        except Exception as error:  # noqa: BLE001 -- reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=pair) for pair in pairs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[0]
+
+
 # ---- what only this plugin has ------------------------------------------------------------------------
 
 SCALE = """

@@ -178,6 +178,7 @@ struct ocl_stream {
   cl_command_queue queue;
   ocl_status_block* status;
   pthread_mutex_t lock;
+  pthread_mutex_t launch_lock; /* one kernel_launch's commands enqueue back to back (they share scratch) */
   uint64_t next_seq;    /* sequence numbers of launches with index checks */
   uint64_t checked_seq; /* every seq at or below was reported or found clean */
   cl_int broken;        /* an OpenCL failure seen at enqueue-less points (event status), else 0 */

@@ -492,7 +492,11 @@ oar_status ocl_kernel_launch(oar_stream stream_handle, oar_kernel kernel_handle,
           break;
       }
     }
-    if (status == OAR_SUCCESS) status = op->run(L);
+    if (status == OAR_SUCCESS) {
+      pthread_mutex_lock(&L->stream->launch_lock);
+      status = op->run(L);
+      pthread_mutex_unlock(&L->stream->launch_lock);
+    }
   }
   free(L);
   return status;

@@ -169,11 +169,13 @@ oar_status ocl_stream_create(int32_t device, uint32_t flags, int32_t priority, o
   stream->device = device;
   stream->id = atomic_fetch_add(&next_stream_id, 1);
   pthread_mutex_init(&stream->lock, NULL);
+  pthread_mutex_init(&stream->launch_lock, NULL);
   stream->handle = registry_add(HANDLE_STREAM, stream);
   if (!stream->handle) {
     clReleaseCommandQueue(stream->queue);
     block_release(block);
     pthread_mutex_destroy(&stream->lock);
+    pthread_mutex_destroy(&stream->launch_lock);
     free(stream);
     return ocl_fail(OAR_ERROR_OUT_OF_MEMORY, "stream_create: too many streams");
   }
@@ -195,6 +197,7 @@ static void stream_free(ocl_stream* stream) {
   if (stream->scratch) clReleaseMemObject(stream->scratch);
   block_release(stream->status);
   pthread_mutex_destroy(&stream->lock);
+  pthread_mutex_destroy(&stream->launch_lock);
   free(stream);
 }
 
