@@ -50,12 +50,20 @@ kernel void FAM(reduce_serial)(g_rows g, int op, int dtx, int dto, long correcti
     ACC sum = 0;
     T best = 0;
     long best_index = -1;
-    for (long r = 0; r < n; r++) {
-      T v = RLD(px, dtx, base[1] + rows_inner(&g, r, 1));
-      sum += (ACC)v;
-      if (FAM(beats)(v, r, best, best_index, want_max)) {
-        best = v;
-        best_index = r;
+    if (op == RED_SUM || op == RED_MEAN || op == RED_VAR) { /* a plain loop the compiler vectorizes */
+      if (g.inner_ndim == 1) {
+        long stride = g.inner_stride[1][0];
+        for (long r = 0; r < n; r++) sum += (ACC)RLD(px, dtx, base[1] + r * stride);
+      } else {
+        for (long r = 0; r < n; r++) sum += (ACC)RLD(px, dtx, base[1] + rows_inner(&g, r, 1));
+      }
+    } else {
+      for (long r = 0; r < n; r++) {
+        T v = RLD(px, dtx, base[1] + rows_inner(&g, r, 1));
+        if (FAM(beats)(v, r, best, best_index, want_max)) {
+          best = v;
+          best_index = r;
+        }
       }
     }
     ACC extra = 0;
