@@ -30,10 +30,13 @@ $(VENV)/.installed: $(VENV)/.deps $(SOURCES)
 
 install: $(VENV)/.installed
 
+# The CPU plugin poses as $(DEVICE), except for a device a bundled plugin provides itself (opencl).
+DEMO_ENV := $(if $(filter opencl,$(DEVICE)),,OAR_REFCPU_DEVICE_TYPE=$(DEVICE))
+
 demo: install
-	OAR_REFCPU_DEVICE_TYPE=$(DEVICE) $(VENV)/bin/oar info
-	OAR_REFCPU_DEVICE_TYPE=$(DEVICE) $(PY) examples/demo.py --device $(DEVICE)
-	OAR_REFCPU_DEVICE_TYPE=$(DEVICE) $(PY) examples/train_llama.py --device $(DEVICE)
+	$(DEMO_ENV) $(VENV)/bin/oar info
+	$(DEMO_ENV) $(PY) examples/demo.py --device $(DEVICE)
+	$(DEMO_ENV) $(PY) examples/train_llama.py --device $(DEVICE)
 
 # The CPU plugin's C self-test, plain and under AddressSanitizer + UBSan.
 selftest: $(VENV)/.deps
