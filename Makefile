@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 DEVICE ?= npu
 BUILD_DEPS := 'scikit-build-core>=0.10' 'pybind11>=2.13' 'scipy-openblas32==0.3.34.481.3' 'pyyaml>=6' 'jinja2>=3.1'
-RUN_DEPS := 'numpy>=1.26' 'ml_dtypes>=0.4' 'cffi>=1.16' 'click>=8.1' 'rich>=13' 'safetensors>=0.4' 'pytest>=8' 'hypothesis>=6' 'torch==2.13.0' 'mkdocs>=1.6' 'check-jsonschema>=0.28'
+RUN_DEPS := 'numpy>=1.26' 'ml_dtypes>=0.4' 'cffi>=1.16' 'click>=8.1' 'rich>=13' 'safetensors>=0.4' 'platformdirs>=3' 'pytest>=8' 'hypothesis>=6' 'torch==2.13.0' 'mkdocs>=1.6' 'check-jsonschema>=0.28'
 SOURCES := $(shell git ls-files 2>/dev/null | grep -E '\.(c|h|cl|cpp|hpp|py|txt|toml|yaml|j2|json|md|npz)$$|CMakeLists')
 SELFTEST_DIR := build/selftest
 ASAN_DIR := build/selftest-asan

@@ -1,6 +1,7 @@
 """The ``oar`` command: ``oar info`` (plugins, devices, entry points),
 ``oar --include-dir`` (where device_api.h is installed, for vendors' builds),
-``oar new-backend`` and ``oar ci render`` (a vendor's project and its CI)."""
+``oar new-backend`` and ``oar ci render`` (a vendor's project and its CI), ``oar cache info`` and
+``oar cache clear`` (the compiler's kernel cache)."""
 
 from __future__ import annotations
 
@@ -124,6 +125,87 @@ def _print_plugin(console: Console, plugin: dict, host_abi: str) -> None:
         else:
             device_table.add_row("memory free", "unknown (no device_memory_info)")
         console.print(device_table)
+
+
+def _kernel_cache_module():
+    """oar_codegen.kernel_cache, imported only here: the other commands work without the compiler."""
+    try:
+        from oar_codegen import kernel_cache
+    except ModuleNotFoundError as error:
+        if error.name not in ("oar_codegen", "oar_codegen.kernel_cache"):
+            raise click.ClickException(f"the kernel cache could not be loaded: {error}") from error
+        raise click.ClickException("the kernel cache belongs to Oar's compiler (the oar_codegen package), "
+                                   "which is not installed with this oar") from error
+    return kernel_cache
+
+
+def _open_kernel_cache():
+    kernel_cache = _kernel_cache_module()
+    try:
+        return kernel_cache.KernelCache()
+    except kernel_cache.KernelCacheError as error:
+        raise click.ClickException(str(error)) from error
+
+
+@main.group()
+def cache() -> None:
+    """The compiler's kernel cache (under OAR_CACHE_DIR, else the user's cache directory)."""
+
+
+@cache.command("info")
+@click.option("--json", "as_json", is_flag=True, help="Print the same data as JSON.")
+@click.option("-v", "--verbose", is_flag=True, help="List every entry with its key.")
+def cache_info(as_json: bool, verbose: bool) -> None:
+    """Show where the kernel cache is, its entries and their size."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel_cache = _open_kernel_cache()
+    summary = kernel_cache.info(verbose=verbose)
+    if as_json:
+        data = {"root": str(summary.root), "entries": summary.entries, "total_bytes": summary.total_bytes,
+                "corrupt_entries": summary.corrupt_entries, "warnings": [str(w.message) for w in caught]}
+        if verbose:
+            data["details"] = [{"path": str(e.path), "digest": e.digest, "size": e.size, "key": e.key,
+                                "problem": e.problem} for e in summary.details]
+        click.echo(json.dumps(data, indent=2))
+        return
+    console = Console(highlight=False)
+    for warning in caught:
+        console.print(f"[yellow]warning[/yellow] {_text(warning.message)}")
+    table = Table(title="kernel cache", title_justify="left", show_header=False, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    table.add_row("path", _text(summary.root))
+    table.add_row("entries", str(summary.entries))
+    table.add_row("size", _bytes(summary.total_bytes))
+    if summary.corrupt_entries:
+        table.add_row("corrupt", f"[red]{summary.corrupt_entries}[/red] (removed when next read, or by oar cache clear)")
+    console.print(table)
+    if verbose and summary.details:
+        entries = Table(title="entries", title_justify="left")
+        entries.add_column("digest", no_wrap=True)
+        for column in ("size", "target", "lang", "compiler", "flags", "device properties", "source"):
+            entries.add_column(column, overflow="fold")
+        for entry in summary.details:
+            if entry.key is None:
+                entries.add_row(entry.digest[:12], _bytes(entry.size), f"[red]{_text(entry.problem)}[/red]",
+                                "", "", "", "", "")
+                continue
+            key = entry.key
+            properties = ", ".join(f"{name}={value}" for name, value in key.get("device_properties", []))
+            entries.add_row(entry.digest[:12], _bytes(entry.size), _text(key.get("target")), _text(key.get("lang")),
+                            _text(key.get("compiler_identity")), _text(key.get("flags")), _text(properties),
+                            f"{len(key.get('source', ''))} chars")
+        console.print(entries)
+
+
+@cache.command("clear")
+def cache_clear() -> None:
+    """Remove every kernel cache entry (other files in the directory are left alone)."""
+    kernel_cache = _open_kernel_cache()
+    removed = kernel_cache.clear()
+    Console(highlight=False).print(f"removed {removed} kernel cache entr{'y' if removed == 1 else 'ies'} "
+                                   f"from {_text(kernel_cache.root)}")
 
 
 # The vendor's tooling: `oar new-backend` and `oar ci render` (oar/scaffold/cli.py).
