@@ -689,9 +689,45 @@ std::string launch_signature(const OpSchema& op, const Operand* inputs, size_t n
   return text;
 }
 
+// ---- the launch observer (oar_codegen's tracer) ------------------------------------------------
+
+py::tuple operand_tensors(const Operand* operands, size_t count) {
+  py::tuple tuple(count);
+  for (size_t k = 0; k < count; ++k) {
+    const TensorImpl& impl = *operands[k].impl;
+    TensorImpl view = view_impl(impl, operands[k].shape ? *operands[k].shape : impl.shape,
+                                operands[k].strides ? *operands[k].strides : impl.strides, impl.offset);
+    view.wrapped_number = impl.wrapped_number;
+    tuple[k] = py::reinterpret_steal<py::object>(wrap_tensor(std::move(view)));
+  }
+  return tuple;
+}
+
+// True when the observer took the launch. fresh_outputs: the outputs were just allocated for it.
+bool observer_takes(const OpSchema& op, const Operand* inputs, size_t num_inputs, const Operand* outputs,
+                    size_t num_outputs, const Attrs& attrs, bool fresh_outputs) {
+  PyObject* observer = t_launch_observer;
+  Py_INCREF(observer);
+  py::object keep = py::reinterpret_steal<py::object>(observer);
+  py::tuple in = operand_tensors(inputs, num_inputs);
+  py::tuple out = operand_tensors(outputs, num_outputs);
+  py::object attrs_object = py::reinterpret_steal<py::object>(attrs_dict(op, attrs));
+  PyObject* args[] = {op.name_str, in.ptr(), out.ptr(), attrs_object.ptr(), fresh_outputs ? Py_True : Py_False};
+  PyObject* result = PyObject_Vectorcall(observer, args, 5, nullptr);
+  if (result == nullptr) throw py::error_already_set();
+  int taken = PyObject_IsTrue(result);
+  Py_DECREF(result);
+  if (taken < 0) throw py::error_already_set();
+  return taken == 1;
+}
+
 // Run the op's kernel (or the host fallback) on the device's current stream.
 void launch(const OpSchema& op, DeviceInfo* device, Stream& stream, const Operand* inputs, size_t num_inputs,
-            const Operand* outputs, size_t num_outputs, const Attrs& attrs) {
+            const Operand* outputs, size_t num_outputs, const Attrs& attrs, bool fresh_outputs = true) {
+  if (t_launch_observer != nullptr &&
+      observer_takes(op, inputs, num_inputs, outputs, num_outputs, attrs, fresh_outputs)) {
+    return;
+  }
   uint64_t packed = 0;
   size_t slot = 0;
   for (size_t k = 0; k < num_inputs; ++k, ++slot) packed |= static_cast<uint64_t>(inputs[k].impl->dtype) << (4 * slot);
@@ -1160,7 +1196,7 @@ void copy_into(const TensorImpl& dst, PyObject* src_object) {
   Operand out{&dst, nullptr, nullptr};
   Attrs attrs;
   attrs.use_defaults(*copy);
-  launch(*copy, device, *stream, &in, 1, &out, 1, attrs);
+  launch(*copy, device, *stream, &in, 1, &out, 1, attrs, /*fresh_outputs=*/false);
   dst.storage->version += 1;
 }
 
@@ -2171,6 +2207,47 @@ void register_dispatch(py::module_& module) {
     return py::tuple(py::make_tuple(result));
   }, py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::none(),
      "Run op (name or id) on inputs with attrs (ops.yaml defaults filled in); returns the outputs as a tuple.");
+  module.def("_set_launch_observer", [](py::object observer) {
+    PyObject* previous = t_launch_observer;
+    t_launch_observer = observer.is_none() ? nullptr : observer.inc_ref().ptr();
+    return previous == nullptr ? py::none() : py::reinterpret_steal<py::object>(previous);
+  }, py::arg("observer"),
+     "Set this thread's launch observer (None: off); returns the previous one. observer(op, inputs, outputs, "
+     "attrs, fresh_outputs) sees every launch and returns True to take it (the kernel does not run).");
+  module.def("_launch_now", [](const std::string& op_name, py::sequence inputs, py::sequence outputs, py::dict attrs) {
+    const OpSchema& op = find_op(op_name);
+    auto tensor_of = [&](py::handle value, const char* what) -> const TensorImpl& {
+      if (!is_tensor(value.ptr())) throw py::type_error(op_name + ": " + what + " is not a tensor");
+      return impl_of(value.ptr());
+    };
+    if (inputs.size() > kMaxInputs || outputs.size() > kMaxOutputs) throw py::value_error(op_name + ": too many tensors");
+    Operand in[kMaxInputs], out[kMaxOutputs];
+    py::list kept_in(inputs), kept_out(outputs);
+    for (size_t k = 0; k < kept_in.size(); ++k) in[k] = Operand{&tensor_of(kept_in[k], "an input"), nullptr, nullptr};
+    for (size_t k = 0; k < kept_out.size(); ++k) out[k] = Operand{&tensor_of(kept_out[k], "an output"), nullptr, nullptr};
+    if (kept_out.size() == 0) throw py::value_error(op_name + ": _launch_now needs an output");
+    Call call;  // only its attrs
+    auto& call_attrs = call.attrs;
+    for (auto [key, value] : attrs) {
+      int index = attr_index(op, key.ptr());
+      if (index < 0) throw py::type_error(op.name + "(): unknown attr " + py::str(key).cast<std::string>());
+      convert_attr(op, op.attrs[index], value.ptr(), call_attrs.local[index]);
+      call_attrs.values[index] = &call_attrs.local[index];
+    }
+    call_attrs.use_defaults(op);
+    DeviceInfo* device = out[0].impl->device();
+    PyObject* observer = t_launch_observer;  // this launch is the observer's own: not observed
+    t_launch_observer = nullptr;
+    try {
+      launch(op, device, *current_stream(device), in, kept_in.size(), out, kept_out.size(), call_attrs);
+    } catch (...) {
+      t_launch_observer = observer;
+      throw;
+    }
+    t_launch_observer = observer;
+  }, py::arg("op"), py::arg("inputs"), py::arg("outputs"), py::arg("attrs"),
+     "Launch op's kernel (or the host fallback) now on the current stream, unobserved: inputs as the kernel "
+     "sees them (broadcast views), outputs allocated by the caller.");
   module.def("op_id", [](const std::string& name) { return find_op(name).id; });
   module.def("_concat", [](py::handle tensors, int64_t dim) {
     return py::reinterpret_steal<py::object>(concat_impl(tensors.ptr(), dim));

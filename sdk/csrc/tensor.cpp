@@ -308,6 +308,14 @@ thread_local bool t_grad_enabled = true;
 PyObject* g_record_hook = nullptr;  // oar.autograd._record, looked up once
 }  // namespace
 
+thread_local PyObject* t_launch_observer = nullptr;
+
+void notify_host_read(PyObject* tensor) {
+  if (t_launch_observer == nullptr) return;
+  py::object observer = py::reinterpret_borrow<py::object>(t_launch_observer);
+  observer.attr("before_host_read")(py::handle(tensor));
+}
+
 bool grad_enabled() { return t_grad_enabled; }
 void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
 
@@ -504,6 +512,9 @@ PyObject* method_data_ptr(PyObject* self, PyObject*) {
 PyObject* method_storage_ptr(PyObject* self, PyObject*) {
   return PyLong_FromUnsignedLongLong(as_tensor(self)->impl.storage->data());
 }
+PyObject* method_storage_use_count(PyObject* self, PyObject*) {
+  return PyLong_FromLong(as_tensor(self)->impl.storage.use_count());
+}
 PyObject* method_shares_storage(PyObject* self, PyObject* other) {
   if (!is_tensor(other)) {
     PyErr_SetString(PyExc_TypeError, "_shares_storage needs a tensor");
@@ -626,6 +637,8 @@ PyMethodDef tensor_methods[] = {
     {"data_ptr", method_data_ptr, METH_NOARGS, "Device address of element 0 (not readable by the host)."},
     {"_storage_ptr", method_storage_ptr, METH_NOARGS, "Device address of the storage."},
     {"_shares_storage", method_shares_storage, METH_O, "Whether both tensors view the same storage."},
+    {"_storage_use_count", method_storage_use_count, METH_NOARGS,
+     "How many tensors and views (and runtime holds) share this storage."},
     {"size", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(method_size)), METH_FASTCALL,
      "size() -> shape; size(dim) -> extent of dim."},
     {"stride", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(method_stride)), METH_FASTCALL,
@@ -664,6 +677,7 @@ void check_host_copy(const TensorImpl& impl, const HostBuffer& host, std::option
 
 void copy_to_host(py::handle tensor, py::handle buffer) {
   TensorImpl& impl = tensor_arg(tensor, "tensor");
+  notify_host_read(tensor.ptr());
   HostBuffer host = HostBuffer::borrow(buffer, true);
   std::optional<size_t> size;
   check_host_copy(impl, host, size);

@@ -225,6 +225,14 @@ void set_grad_enabled(bool enabled);
 bool needs_record(PyObject* const* inputs, size_t count);
 void record(PyObject* op_name, PyObject* inputs_tuple, PyObject* attrs_dict, PyObject* outputs_tuple);
 
+// ---- the launch observer ---------------------------------------------------------
+
+// This thread's launch observer (oar._C._set_launch_observer; nullptr: none). While oar_codegen
+// traces or replays a compiled function it sees every kernel launch and may take it; before the
+// host reads device memory, its before_host_read(tensor) runs the launches it still holds.
+extern thread_local PyObject* t_launch_observer;
+void notify_host_read(PyObject* tensor);
+
 // ---- errors -------------------------------------------------------------------------
 
 // Raise the exception class `name` of oar.errors with message.

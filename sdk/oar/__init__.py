@@ -107,6 +107,11 @@ from oar.checkpoint import CheckpointError, load, save  # noqa: E402
 __all__ += ["CheckpointError", "autograd", "enable_grad", "is_grad_enabled", "load", "nn", "no_grad", "optim",
             "save", "set_grad_enabled"]
 
+# ---- the compiler (oar_codegen, imported on first use) ----
+from oar.compiler import compile  # noqa: E402,A001
+
+__all__ += ["compile"]
+
 # ---- distributed (torch is imported only when a process group is made) ----
 from oar import distributed  # noqa: E402
 

@@ -1,0 +1,111 @@
+"""A planned trace made runnable: fused kernels built (through the kernel cache) and loaded, then
+run against the storages of a replayed call."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from oar import _C
+from oar.devices import resolve
+from oar.streams import stream_of_device_name
+
+from oar_codegen import kernel_cache
+from oar_codegen.fusion import EagerUnit, FusedUnit, Plan
+from oar_codegen.render import model_of
+from oar_codegen.targets import CompileRequest, Target
+from oar_codegen.trace import HOST_READ, Trace
+
+__all__ = ["BuiltKernel", "Executable", "build", "run_eagerly"]
+
+
+@dataclass
+class BuiltKernel:
+    name: str
+    source: str
+    function: object          # oar._C.Function
+    grid: int
+    block: int
+    buffer_slots: list[int]
+    cache_hit: bool
+    build_seconds: float
+
+
+@dataclass
+class Executable:
+    trace: Trace
+    plan: Plan
+    target: Target
+    kernels: dict[int, BuiltKernel]   # unit index -> kernel
+    device: str
+
+    def stored_slots(self) -> set[int]:
+        """The fresh slots whose final values some unit writes to memory."""
+        written = set()
+        for i, unit in enumerate(self.plan.units):
+            if isinstance(unit, FusedUnit):
+                written.update(unit.kernel.buffer_slots[s.buffer] for s in unit.kernel.stores)
+            else:
+                written.update(ref.slot for ref in self.trace.launches[unit.launch].outputs)
+        return written
+
+    def run_units(self, begin: int, end: int, binding: dict[int, int], seen: list) -> None:
+        """Run units [begin, end) of the plan: fused kernels on the bound storages, the rest as the
+        launches the replay took."""
+        stream = stream_of_device_name(self.device)
+        for i in range(begin, end):
+            unit = self.plan.units[i]
+            if isinstance(unit, EagerUnit):
+                op, ins, outs, attrs = seen[unit.launch][:4]
+                _C._launch_now(op, ins, outs, attrs)
+                continue
+            kernel = self.kernels[i]
+            args = [("device_ptr", binding[slot]) for slot in kernel.buffer_slots]
+            kernel.function.module.plugin.launch(stream._c, kernel.function, kernel.grid, kernel.block, args, 0)
+
+
+def run_eagerly(seen: list, begin: int = 0) -> None:
+    """Run taken launches one by one as they were made (a replay that stopped matching)."""
+    for entry in seen[begin:]:
+        op, ins, outs, attrs = entry[:4]
+        if op != HOST_READ:
+            _C._launch_now(op, ins, outs, attrs)
+
+
+def _properties(plugin, device: int) -> dict:
+    properties = dict(plugin.get_properties(device))
+    from oar_codegen.targets import _cpu_identity
+    properties["host_cpu"] = _cpu_identity()
+    return properties
+
+
+def build(trace: Trace, plan: Plan, target: Target, cache: kernel_cache.KernelCache | None = None) -> Executable:
+    """Render, compile (or fetch from the kernel cache) and load every fused kernel of a plan."""
+    plugin, dev = resolve(trace.device)
+    properties = _properties(plugin, dev.index)
+    cache = cache or kernel_cache.default_cache()
+    identity = f"{plugin.device_type}:{plugin.version}:{properties.get('name')}:{properties.get('driver_version')}"
+    kernels: dict[int, BuiltKernel] = {}
+    modules: dict[str, object] = {}
+    for i, unit in enumerate(plan.units):
+        if not isinstance(unit, FusedUnit):
+            continue
+        spec = unit.kernel
+        model = model_of(spec, spec.name)
+        grid, block = target.geometry(model, properties)
+        model.points = grid * block
+        source = target.render(model)
+        key = kernel_cache.CacheKey(
+            source=source, target=target.name, lang=target.lang, compiler_identity=identity,
+            flags=target.options, abi_version=str(plugin.abi_version),
+            device_properties=tuple((k, str(properties.get(k))) for k in target.key_properties))
+        started = time.perf_counter()
+        binary, hit = cache.get_or_build(key, lambda: target.build(CompileRequest(source, target, plugin, dev.index)))
+        digest = key.digest()
+        module = modules.get(digest)
+        if module is None:
+            module = modules[digest] = plugin.module_load(dev.index, bytes(binary))
+        function = module.get_function(spec.name)
+        kernels[i] = BuiltKernel(spec.name, source, function, grid, block, list(spec.buffer_slots), hit,
+                                 time.perf_counter() - started)
+    return Executable(trace, plan, target, kernels, trace.device)

@@ -1,0 +1,235 @@
+"""From a KernelSpec to the statements a target's templates place in their loops.
+
+The statements are C-like and target-neutral: elementwise functions are calls
+of ``oar_<name>`` helpers that each target's prelude template defines (so a
+vendor's C dialect only restates the prelude), loads and stores index buffers
+``b<i>`` by the spec's accesses.
+
+A row kernel is a sequence of blocks per row: statements run once per row
+(``row``), then loops over the row's columns. Loop k computes the reductions
+whose inputs need only the reductions of earlier loops; the last loop computes
+and stores the per-element outputs. Sums accumulate in float32 in lanes
+within blocks of the row, blocks added pairwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from oar_codegen.fusion import KernelSpec
+from oar_codegen.ir import COLUMN_SUM, Expr
+
+__all__ = ["KernelModel", "model_of", "float_literal"]
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
+          "gt": ">", "ge": ">=", "logical_and": "&&", "logical_or": "||"}
+
+
+def float_literal(value: float) -> str:
+    """A float32 C literal that keeps the value (inf and NaN spelled as the prelude's macros)."""
+    if math.isnan(value):
+        return "OAR_NAN"
+    if math.isinf(value):
+        return "OAR_INF" if value > 0 else "(-OAR_INF)"
+    return repr(float(value)) + "f" if "e" in repr(float(value)) or "." in repr(float(value)) else f"{value}.0f"
+
+
+@dataclass
+class Loop:
+    """One pass over the columns of a row: reductions accumulated, or outputs stored."""
+    body: list[str]
+    reductions: list[dict] = field(default_factory=list)   # {var, kind, value}
+    stores: list[str] = field(default_factory=list)
+
+
+@dataclass
+class KernelModel:
+    """What a target template renders: name, kind, sizes, buffers, and blocks in order."""
+    name: str
+    kind: str
+    rows: int
+    cols: int
+    buffers: list[dict]
+    blocks: list[tuple[str, object]]   # ("row", [statements]) or ("loop", Loop)
+    row_stores: list[str]
+    col_sums: list[dict]               # col kernels: {var, value, store}
+    summary: str = ""                  # the fused ops, for the source's comment
+    points: int = 1                    # grid points x threads per point, as launched
+
+
+class _Writer:
+    def __init__(self, spec: KernelSpec):
+        self.spec = spec
+        self.row_vars: dict[Expr, str] = {}
+        self.count = 0
+
+    def _var(self) -> str:
+        self.count += 1
+        return f"t{self.count}"
+
+    def load(self, e: Expr, index: str) -> str:
+        buffer, access = e.args
+        dtype = self.spec.buffer_dtypes[buffer]
+        parts = [str(access.offset)] if access.offset else []
+        if access.row_stride:
+            parts.append(f"r * {access.row_stride}")
+        if access.col_stride and not e.per_row:
+            parts.append(f"{index}" if access.col_stride == 1 else f"{index} * {access.col_stride}")
+        address = f"b{buffer}[{' + '.join(parts) or '0'}]"
+        return f"({address} != 0)" if dtype == "bool" else address
+
+    def expression(self, e: Expr, lines: list[str], local: dict, index: str) -> str:
+        """The name (or literal) of e's value, emitting its statements into lines (element scope) or
+        the pending row statements (row scope)."""
+        if e.per_row and e in self.row_vars:
+            return self.row_vars[e]
+        if e in local:
+            return local[e]
+        if e.op == "const":
+            return float_literal(e.args[0])
+        if e.op == "col":
+            text = f"(float){index}"
+        elif e.op == "load":
+            text = self.load(e, index)
+        elif e.is_reduction:
+            raise AssertionError(f"reduction {e.op} used before it was computed")
+        else:
+            target_lines = self.pending if e.per_row else lines
+            target_local = self.row_vars if e.per_row else local
+            args = [self.expression(a, target_lines, target_local, index) for a in e.args]
+            if e.op in _INFIX:
+                text = f"({args[0]} {_INFIX[e.op]} {args[1]})"
+            elif e.op == "where":
+                text = f"({args[0]} ? {args[1]} : {args[2]})"
+            elif e.op == "neg":
+                text = f"(-{args[0]})"
+            elif e.op == "logical_not":
+                text = f"(!{args[0]})"
+            elif e.op == "isnan":
+                text = f"({args[0]} != {args[0]})"
+            elif e.op == "float_of":
+                text = f"({args[0]} ? 1.0f : 0.0f)"
+            else:
+                text = f"oar_{e.op}({', '.join(args)})"
+            var = self._var()
+            ctype = "int" if e.dtype == "bool" else "float"
+            target_lines.append(f"const {ctype} {var} = {text};")
+            target_local[e] = var
+            return var
+        var = self._var()
+        ctype = "int" if e.dtype == "bool" else "float"
+        if e.per_row:
+            self.pending.append(f"const {ctype} {var} = {text};")
+            self.row_vars[e] = var
+        else:
+            lines.append(f"const {ctype} {var} = {text};")
+            local[e] = var
+        return var
+
+    def store(self, store, value: str, index: str) -> str:
+        access = store.access
+        parts = [str(access.offset)] if access.offset else []
+        if access.row_stride:
+            parts.append(f"r * {access.row_stride}")
+        if access.col_stride:
+            parts.append(index if access.col_stride == 1 else f"{index} * {access.col_stride}")
+        address = f"b{store.buffer}[{' + '.join(parts) or '0'}]"
+        if store.dtype == "bool":
+            return f"{address} = (unsigned char)({value} != 0);"
+        return f"{address} = {value};"
+
+
+def _reductions_in(e: Expr, found: dict) -> None:
+    stack = [e]
+    seen = set()
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if x.is_reduction:
+            found.setdefault(x, None)
+        if x.op not in ("load", "const", "col"):
+            stack.extend(x.args)
+
+
+def _depth(e: Expr, memo: dict) -> int:
+    if e in memo:
+        return memo[e]
+    if e.op in ("load", "const", "col"):
+        memo[e] = 0
+        return 0
+    inner = max((_depth(a, memo) for a in e.args), default=0)
+    memo[e] = inner + (1 if e.is_reduction else 0)
+    return memo[e]
+
+
+def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
+    w = _Writer(spec)
+    reductions: dict = {}
+    for s in spec.stores:
+        _reductions_in(s.value, reductions)
+    memo: dict = {}
+    by_depth: dict[int, list[Expr]] = {}
+    for red in reductions:
+        by_depth.setdefault(_depth(red, memo), []).append(red)
+    blocks: list = []
+    for depth in sorted(by_depth):
+        w.pending = []
+        loop = Loop(body=[])
+        local: dict = {}
+        for red in by_depth[depth]:
+            value = w.expression(red.args[0], loop.body, local, index)
+            var = w._var()
+            loop.reductions.append({"var": var, "kind": red.op[len("reduce_"):], "value": value})
+        blocks.append(("row", w.pending))
+        blocks.append(("loop", loop))
+        for red, entry in zip(by_depth[depth], loop.reductions):
+            w.row_vars[red] = entry["var"]
+    w.pending = []
+    row_stores = []
+    final = Loop(body=[])
+    local = {}
+    for s in spec.stores:
+        if s.value.per_row:
+            row_stores.append(w.store(s, w.expression(s.value, [], {}, index), index))
+    for s in spec.stores:
+        if not s.value.per_row:
+            final.stores.append(w.store(s, w.expression(s.value, final.body, local, index), index))
+    blocks.append(("row", w.pending))
+    if final.stores:
+        blocks.append(("loop", final))
+    buffers = [{"index": i, "ctype": "unsigned char" if d == "bool" else "float"}
+               for i, d in enumerate(spec.buffer_dtypes)]
+    return KernelModel(name, spec.kind, spec.rows, spec.cols, buffers, blocks, row_stores, [], " -> ".join(spec.ops))
+
+
+def _col_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
+    w = _Writer(spec)
+    w.pending = []
+    body: list[str] = []
+    local: dict = {}
+    sums, stores = [], []
+    for s in spec.stores:
+        if s.value.op == "reduce_" + COLUMN_SUM:
+            value = w.expression(s.value.args[0], body, local, index)
+            sums.append({"var": w._var(), "value": value, "store": s})
+        else:
+            stores.append(w.store(s, w.expression(s.value, body, local, index), index))
+    for entry in sums:
+        entry["store"] = w.store(entry["store"], f"(float){entry['var']}[{index} - c0]", index)
+    buffers = [{"index": i, "ctype": "unsigned char" if d == "bool" else "float"}
+               for i, d in enumerate(spec.buffer_dtypes)]
+    return KernelModel(name, "col", spec.rows, spec.cols, buffers, [("row", w.pending), ("loop", Loop(body, [], stores))],
+                       [], sums, " -> ".join(spec.ops))
+
+
+def model_of(spec: KernelSpec, name: str, index: str = "c") -> KernelModel:
+    """The template model of a kernel (index: the name of the column variable in the loops)."""
+    if spec.kind == "col":
+        return _col_model(spec, name, index)
+    if spec.kind == "flat":
+        flat = KernelSpec("flat", 1, spec.rows * spec.cols, spec.buffer_slots, spec.buffer_dtypes, spec.stores, spec.ops)
+        return _row_model(flat, name, index)
+    return _row_model(spec, name, index)

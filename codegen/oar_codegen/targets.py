@@ -1,0 +1,185 @@
+"""Codegen targets: templates, a compile hook and launch-geometry rules per kernel language.
+
+Built in: "c" (the CPU reference plugin's module lang), "opencl" and "cuda".
+A vendor registers a target from their own package under the entry-point group
+``oar.codegen_targets``; the entry point names a :class:`Target` or a function
+returning one. Vendor targets are tried before the built-in ones; the first
+whose lang the device's plugin compiles is used (``OAR_CODEGEN_TARGET`` names
+one explicitly).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+import threading
+import warnings
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Callable
+
+import jinja2
+
+from oar_codegen.render import KernelModel
+
+__all__ = ["Target", "CompileRequest", "builtin_targets", "registered_targets", "target_for", "ENTRY_POINT_GROUP"]
+
+ENTRY_POINT_GROUP = "oar.codegen_targets"
+_HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """What a compile hook gets: the rendered source, the target, and the device to build for."""
+    source: str
+    target: "Target"
+    plugin: Any        # oar._C.Plugin
+    device: int        # the plugin's device index
+
+    def compile_with_plugin(self) -> bytes:
+        """The default compile: the plugin's module_compile for the target's lang."""
+        return self.plugin.module_compile(self.device, self.target.lang, self.source, self.target.options or None)
+
+
+Geometry = Callable[[KernelModel, dict], tuple[int, int]]
+
+
+def _work_units(model: KernelModel) -> int:
+    if model.kind == "flat":
+        return max(1, math.ceil(model.cols / 16384))
+    if model.kind == "col":
+        return max(1, math.ceil(model.cols / 256))
+    return max(1, model.rows)
+
+
+def host_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
+    """CPU: up to 256 grid points, each a contiguous range of rows (or columns): few, large tasks."""
+    return min(_work_units(model), 256), 1
+
+
+def gpu_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
+    """GPU: one thread per row (or chunk); blocks of 128 threads."""
+    threads = min(_work_units(model), 1 << 20)
+    block = min(128, threads)
+    return math.ceil(threads / block), block
+
+
+@dataclass(frozen=True)
+class Target:
+    """A kernel language Oar generates: name, the module lang given to module_compile, the
+    templates (a loader that serves "kernel.j2"; the shared "common/" templates are added), the
+    compile hook (default: the plugin's module_compile), the launch geometry, compile options,
+    and the device properties that change the binary (they go into the cache key)."""
+    name: str
+    lang: str
+    templates: jinja2.BaseLoader
+    geometry: Geometry = host_geometry
+    compile: Callable[[CompileRequest], bytes] | None = None
+    options: str = ""
+    key_properties: tuple[str, ...] = ("name", "vendor", "driver_version")
+    _environment: list = field(default_factory=list, compare=False, repr=False)
+
+    def environment(self) -> jinja2.Environment:
+        if not self._environment:
+            loader = jinja2.ChoiceLoader([self.templates, jinja2.FileSystemLoader(_HERE)])
+            self._environment.append(jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
+                                                        keep_trailing_newline=True, autoescape=False))
+        return self._environment[0]
+
+    def render(self, model: KernelModel) -> str:
+        return self.environment().get_template("kernel.j2").render(k=model)
+
+    def build(self, request: CompileRequest) -> bytes:
+        return (self.compile or CompileRequest.compile_with_plugin)(request)
+
+
+def _cpu_identity() -> str:
+    """The host CPU's model and flags, hashed: -march=native binaries run on the same kind only."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = [line for line in f if line.startswith(("model name", "flags", "Features"))][:2]
+    except OSError:
+        lines = []
+    return platform.machine() + ":" + hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
+
+
+def builtin_targets() -> list[Target]:
+    def loader(name: str) -> jinja2.BaseLoader:
+        return jinja2.FileSystemLoader(os.path.join(_HERE, name))
+    return [
+        Target("c", "c", loader("c"), host_geometry,
+               key_properties=("name", "vendor", "driver_version", "host_cpu")),
+        Target("opencl", "opencl", loader("opencl"), gpu_geometry),
+        Target("cuda", "cuda", loader("cuda"), gpu_geometry),
+    ]
+
+
+_lock = threading.Lock()
+_registered: list[Target] | None = None
+_chosen: dict[tuple, Target | None] = {}
+
+
+def registered_targets() -> list[Target]:
+    """Vendor targets (entry points of oar.codegen_targets), then the built-in ones."""
+    global _registered
+    with _lock:
+        if _registered is None:
+            found: list[Target] = []
+            for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+                try:
+                    value = entry.load()
+                    target = value() if callable(value) and not isinstance(value, Target) else value
+                    if not isinstance(target, Target):
+                        raise TypeError(f"it gave a {type(target).__name__}, not an oar_codegen.Target")
+                    found.append(target)
+                except Exception as error:  # a broken vendor package must not break compilation
+                    warnings.warn(f"codegen target entry point {entry.name!r} ({entry.value}) was skipped: {error}",
+                                  RuntimeWarning, stacklevel=2)
+            _registered = found + builtin_targets()
+        return list(_registered)
+
+
+def register_target(target: Target) -> None:
+    """Add a target in this process (tests, notebooks); entry points are the packaged way."""
+    registered_targets()
+    with _lock:
+        assert _registered is not None
+        _registered.insert(0, target)
+        _chosen.clear()
+
+
+def _probe_source(target: Target) -> str:
+    return target.render(KernelModel("oar_probe", "flat", 1, 1, [{"index": 0, "ctype": "float"}],
+                                     [("row", [])], [], []))
+
+
+def target_for(plugin: Any, device: int) -> Target | None:
+    """The target for a device: OAR_CODEGEN_TARGET if set, else the first whose lang the plugin
+    compiles (probed once per plugin and device), or None."""
+    wanted = os.environ.get("OAR_CODEGEN_TARGET")
+    key = (id(plugin), device, wanted)
+    with _lock:
+        if key in _chosen:
+            return _chosen[key]
+    candidates = registered_targets()
+    if wanted:
+        candidates = [t for t in candidates if t.name == wanted]
+        if not candidates:
+            raise ValueError(f"OAR_CODEGEN_TARGET={wanted!r} names no codegen target (known: "
+                             f"{', '.join(t.name for t in registered_targets())})")
+    chosen = None
+    for target in candidates:
+        try:
+            target.build(CompileRequest(_probe_source(target), target, plugin, device))
+        except Exception as error:
+            if getattr(error, "status", None) != "OAR_ERROR_NOT_SUPPORTED" and "NOT_SUPPORTED" not in str(error):
+                warnings.warn(f"codegen target {target.name!r} cannot compile for {plugin.device_type}:{device}: "
+                              f"{error}", RuntimeWarning, stacklevel=3)
+            continue
+        chosen = target
+        break
+    with _lock:
+        _chosen[key] = chosen
+    return chosen
