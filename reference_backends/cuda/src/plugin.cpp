@@ -1,0 +1,257 @@
+/* oar_plugin_init, the function table, init / finalize and the device entries. */
+#include <cstdio>
+#include <cstring>
+
+#include "entries.h"
+#include "internal.h"
+
+cu_plugin g_cu;
+
+namespace {
+void (*host_log)(void*, int32_t, const char*) = nullptr;
+void* host_log_data = nullptr;
+std::mutex init_lock;
+thread_local int32_t bound_device = 0;
+
+oar_status log_failure(oar_status status) {
+  if (host_log) host_log(host_log_data, OAR_LOG_ERROR, cu_last_error());
+  return status;
+}
+}  // namespace
+
+oar_status cu_check_device(const char* entry, int32_t device) {
+  if (device < 0 || device >= g_cu.device_count)
+    return cu_fail(OAR_ERROR_INVALID_ARGUMENT, "%s: device %d is out of range [0, %d)", entry, (int)device,
+                   g_cu.device_count);
+  return OAR_SUCCESS;
+}
+
+oar_status cu_use_device(const char* entry, int32_t device) {
+  oar_status status = cu_check_device(entry, device);
+  if (status != OAR_SUCCESS) return status;
+  cudaError_t error = cudaSetDevice(g_cu.devices[device].cuda_ordinal);
+  if (error != cudaSuccess) {
+    char call[128];
+    snprintf(call, sizeof call, "%s: cudaSetDevice(%d)", entry, g_cu.devices[device].cuda_ordinal);
+    return cu_fail_cuda(error, call);
+  }
+  return OAR_SUCCESS;
+}
+
+/* ---- plugin and device -------------------------------------------------------------------- */
+
+static oar_status cu_init(void) {
+  std::lock_guard<std::mutex> guard(init_lock);
+  if (g_cu.initialized.load()) return OAR_SUCCESS;
+  int count = 0;
+  cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    if (error != cudaSuccess)
+      cu_fail(OAR_ERROR_DEVICE_LOST, "init: no CUDA device: cudaGetDeviceCount returned %s (%s)",
+              cudaGetErrorName(error), cudaGetErrorString(error));
+    else
+      cu_fail(OAR_ERROR_DEVICE_LOST, "init: no CUDA device: cudaGetDeviceCount returned 0 devices "
+                                     "(CUDA_VISIBLE_DEVICES selects none?)");
+    return log_failure(OAR_ERROR_DEVICE_LOST);
+  }
+  cu_device* devices = new cu_device[count]();
+  int made = 0;
+  oar_status status = OAR_SUCCESS;
+  for (; made < count; made++) {
+    cu_device* dev = &devices[made];
+    dev->cuda_ordinal = made;
+    if ((error = cudaSetDevice(made)) != cudaSuccess ||
+        (error = cudaGetDeviceProperties(&dev->props, made)) != cudaSuccess ||
+        (error = cudaDeviceGetStreamPriorityRange(&dev->priority_lowest, &dev->priority_highest)) != cudaSuccess ||
+        (error = cudaStreamCreateWithFlags(&dev->control, cudaStreamNonBlocking)) != cudaSuccess) {
+      char call[96];
+      snprintf(call, sizeof call, "init: setting up CUDA device %d", made);
+      status = cu_fail_cuda(error, call);
+      break;
+    }
+  }
+  if (status != OAR_SUCCESS) {
+    for (int d = 0; d < made; d++) {
+      cudaSetDevice(d);
+      cudaStreamDestroy(devices[d].control);
+    }
+    delete[] devices;
+    return log_failure(status == OAR_ERROR_OUT_OF_MEMORY ? status : OAR_ERROR_DEVICE_LOST);
+  }
+  g_cu.devices = devices;
+  g_cu.device_count = count;
+  g_cu.initialized.store(true, std::memory_order_release);
+  return OAR_SUCCESS;
+}
+
+static oar_status cu_finalize(void) {
+  std::lock_guard<std::mutex> guard(init_lock);
+  if (!g_cu.initialized.load()) return OAR_SUCCESS;
+  for (int d = 0; d < g_cu.device_count; d++) {
+    cudaSetDevice(d);
+    cudaDeviceSynchronize();
+  }
+  /* objects the host left behind: functions before their modules, events before streams */
+  cu_handle_clear(CU_FUNCTION);
+  cu_handle_clear(CU_MODULE);
+  cu_handle_clear(CU_KERNEL);
+  cu_handle_clear(CU_EVENT);
+  cu_handle_clear(CU_STREAM);
+  cu_memory_release_all();
+  for (int d = 0; d < g_cu.device_count; d++) {
+    cudaSetDevice(d);
+    cudaStreamDestroy(g_cu.devices[d].control);
+  }
+  g_cu.initialized.store(false, std::memory_order_release);
+  delete[] g_cu.devices;
+  g_cu.devices = nullptr;
+  g_cu.device_count = 0;
+  return OAR_SUCCESS;
+}
+
+static const char* cu_get_last_error_message(void) { return cu_last_error(); }
+
+static oar_status cu_device_count(int32_t* count) {
+  CU_REQUIRE_INIT("device_count");
+  if (!count) return cu_fail(OAR_ERROR_INVALID_ARGUMENT, "device_count: count is NULL");
+  *count = g_cu.device_count;
+  return OAR_SUCCESS;
+}
+
+static oar_status cu_set_device(int32_t device) {
+  CU_REQUIRE_INIT("set_device");
+  oar_status status = cu_use_device("set_device", device);
+  if (status == OAR_SUCCESS) bound_device = device;
+  return status;
+}
+
+static oar_status cu_get_device(int32_t* device) {
+  CU_REQUIRE_INIT("get_device");
+  if (!device) return cu_fail(OAR_ERROR_INVALID_ARGUMENT, "get_device: device is NULL");
+  *device = bound_device;
+  return OAR_SUCCESS;
+}
+
+static oar_status cu_device_get_properties(int32_t device, oar_device_properties* props) {
+  CU_REQUIRE_INIT("device_get_properties");
+  oar_status status = cu_check_device("device_get_properties", device);
+  if (status != OAR_SUCCESS) return status;
+  if (!props || props->struct_size < offsetof(oar_device_properties, name))
+    return cu_fail(OAR_ERROR_INVALID_ARGUMENT, "device_get_properties: props is NULL or its struct_size too small");
+  oar_device_properties p;
+  memset(&p, 0, sizeof p);
+  const cudaDeviceProp& cp = g_cu.devices[device].props;
+  snprintf(p.name, sizeof p.name, "%s", cp.name);
+  snprintf(p.vendor, sizeof p.vendor, "NVIDIA");
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  snprintf(p.driver_version, sizeof p.driver_version, "driver %d.%d, runtime %d.%d, sm_%d%d", driver / 1000,
+           driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, cp.major, cp.minor);
+  p.total_memory = cp.totalGlobalMem;
+  p.compute_units = (uint32_t)cp.multiProcessorCount;
+  int clock_khz = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, g_cu.devices[device].cuda_ordinal) != cudaSuccess) {
+    cudaGetLastError();
+    clock_khz = 0;
+  }
+  p.clock_mhz = (uint32_t)(clock_khz / 1000);
+  for (int i = 0; i < 3; i++) {
+    p.max_grid[i] = (uint32_t)cp.maxGridSize[i];
+    p.max_block[i] = (uint32_t)cp.maxThreadsDim[i];
+  }
+  p.max_threads_per_block = (uint32_t)cp.maxThreadsPerBlock;
+  p.simd_width = (uint32_t)cp.warpSize;
+  p.memory_alignment = 256; /* cudaMalloc aligns to at least 256 bytes */
+  p.stream_priority_lowest = g_cu.devices[device].priority_lowest;
+  p.stream_priority_highest = g_cu.devices[device].priority_highest;
+  p.max_shared_memory_bytes = (uint32_t)cp.sharedMemPerBlockOptin;
+  /* write only what lies within both struct sizes; struct_size stays the host's */
+  size_t limit = props->struct_size < sizeof p ? props->struct_size : sizeof p;
+  memcpy((char*)props + sizeof(size_t), (char*)&p + sizeof(size_t), limit - sizeof(size_t));
+  return OAR_SUCCESS;
+}
+
+static oar_status cu_device_memory_info(int32_t device, size_t* free_bytes, size_t* total_bytes) {
+  CU_REQUIRE_INIT("device_memory_info");
+  if (!free_bytes || !total_bytes)
+    return cu_fail(OAR_ERROR_INVALID_ARGUMENT, "device_memory_info: a result pointer is NULL");
+  oar_status status = cu_use_device("device_memory_info", device);
+  if (status != OAR_SUCCESS) return status;
+  CU_CHECK(cudaMemGetInfo(free_bytes, total_bytes), "device_memory_info: cudaMemGetInfo");
+  return OAR_SUCCESS;
+}
+
+/* ---- the table ----------------------------------------------------------------------------- */
+
+static oar_device_table make_table() {
+  oar_device_table t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.init = cu_init;
+  t.finalize = cu_finalize;
+  t.get_last_error_message = cu_get_last_error_message;
+  t.device_count = cu_device_count;
+  t.set_device = cu_set_device;
+  t.get_device = cu_get_device;
+  t.device_synchronize = cu_device_synchronize;
+  t.device_get_properties = cu_device_get_properties;
+  t.device_memory_info = cu_device_memory_info;
+  t.mem_alloc = cu_mem_alloc;
+  t.mem_free = cu_mem_free;
+  t.host_alloc = cu_host_alloc;
+  t.host_free = cu_host_free;
+  t.memcpy_h2d = cu_memcpy_h2d;
+  t.memcpy_d2h = cu_memcpy_d2h;
+  t.memcpy_d2d = cu_memcpy_d2d;
+  t.memcpy_h2d_async = cu_memcpy_h2d_async;
+  t.memcpy_d2h_async = cu_memcpy_d2h_async;
+  t.memcpy_d2d_async = cu_memcpy_d2d_async;
+  t.mem_set = cu_mem_set;
+  t.mem_set_async = cu_mem_set_async;
+  t.stream_create = cu_stream_create;
+  t.stream_destroy = cu_stream_destroy;
+  t.stream_synchronize = cu_stream_synchronize;
+  t.stream_query = cu_stream_query;
+  t.stream_wait_event = cu_stream_wait_event;
+  t.stream_add_callback = cu_stream_add_callback;
+  t.event_create = cu_event_create;
+  t.event_destroy = cu_event_destroy;
+  t.event_record = cu_event_record;
+  t.event_synchronize = cu_event_synchronize;
+  t.event_query = cu_event_query;
+  t.event_elapsed_time = cu_event_elapsed_time;
+  t.kernel_query = cu_kernel_query;
+  t.kernel_launch = cu_kernel_launch;
+  t.module_compile = cu_module_compile;
+  t.module_binary_free = cu_module_binary_free;
+  t.module_load = cu_module_load;
+  t.module_unload = cu_module_unload;
+  t.module_get_function = cu_module_get_function;
+  t.launch = cu_module_launch;
+  /* Collectives (get_unique_id .. group_end) stay NULL: no NCCL headers where this
+     plugin was written; the host runs collectives host-staged (see README.md). */
+  return t;
+}
+
+static const oar_device_table cu_table = make_table();
+
+extern "C" OAR_PLUGIN_EXPORT oar_status oar_plugin_init(oar_plugin_params* params) {
+  if (!params || params->struct_size < offsetof(oar_plugin_params, capabilities) + sizeof(uint64_t))
+    return OAR_ERROR_INVALID_ARGUMENT;
+  host_log = params->log;
+  host_log_data = params->log_user_data;
+  params->plugin_abi_major = OAR_ABI_VERSION_MAJOR;
+  params->plugin_abi_minor = OAR_ABI_VERSION_MINOR;
+  if (params->host_abi_major != OAR_ABI_VERSION_MAJOR) {
+    cu_fail(OAR_ERROR_NOT_SUPPORTED, "oar_plugin_init: the host speaks ABI %u.%u, this plugin %d.%d",
+            params->host_abi_major, params->host_abi_minor, OAR_ABI_VERSION_MAJOR, OAR_ABI_VERSION_MINOR);
+    return log_failure(OAR_ERROR_NOT_SUPPORTED);
+  }
+  params->table = &cu_table;
+  params->device_type = "cuda";
+  params->plugin_version = OAR_CUDA_PLUGIN_VERSION;
+  params->capabilities = OAR_CAP_TIMING_EVENTS | OAR_CAP_STREAM_PRIORITIES | OAR_CAP_CONCURRENT_STREAMS;
+  return OAR_SUCCESS;
+}
