@@ -19,6 +19,7 @@ import functools
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -200,7 +201,12 @@ class CompiledFunction:
         plan = plan_trace(trace)
         if not plan.fused:
             return _Entry(trace, None, "nothing in it fuses")
-        built = executor.build(trace, plan, target)
+        try:
+            built = executor.build(trace, plan, target)
+        except Exception as error:  # the call already ran eagerly; later ones will too
+            warnings.warn(f"oar.compile: building the kernels of {getattr(self.fn, '__qualname__', self.fn)} "
+                          f"for {trace.device} failed, it runs eagerly: {error}", RuntimeWarning, stacklevel=3)
+            return _Entry(trace, None, f"building its kernels failed: {error}")
         self.stats.compile_seconds += time.perf_counter() - started
         self.stats.kernels_built += sum(not k.cache_hit for k in built.kernels.values())
         self.stats.cache_hits += sum(k.cache_hit for k in built.kernels.values())

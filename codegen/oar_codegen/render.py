@@ -191,11 +191,14 @@ def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
     row_stores = []
     final = Loop(body=[])
     local = {}
+    def once_per_row(s) -> bool:
+        return s.value.per_row and s.access.col_stride == 0
+
     for s in spec.stores:
-        if s.value.per_row:
+        if once_per_row(s):
             row_stores.append(w.store(s, w.expression(s.value, [], {}, index), index))
     for s in spec.stores:
-        if not s.value.per_row:
+        if not once_per_row(s):
             final.stores.append(w.store(s, w.expression(s.value, final.body, local, index), index))
     blocks.append(("row", w.pending))
     if final.stores:

@@ -55,8 +55,10 @@ def _work_units(model: KernelModel) -> int:
 
 
 def host_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
-    """CPU: up to 256 grid points, each a contiguous range of rows (or columns): few, large tasks."""
-    return min(_work_units(model), 256), 1
+    """CPU: grid points of at least 16 Ki elements each (a pool task costs microseconds), at most
+    256, each a contiguous range of rows (or columns)."""
+    by_size = max(1, math.ceil(model.rows * model.cols / 16384))
+    return min(_work_units(model), by_size, 256), 1
 
 
 def gpu_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:

@@ -1,0 +1,342 @@
+"""oar.compile on the CPU reference plugin: each fused pattern against eager, guards, replays that
+stop matching, host reads inside the function, explain, the kernel cache, vendor targets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import oar
+import oar.nn.functional as F
+
+oar_codegen = pytest.importorskip("oar_codegen")
+from oar_codegen import Target, register_target  # noqa: E402
+from oar_codegen.fusion import FusedUnit, plan_trace  # noqa: E402
+from oar_codegen.render import model_of  # noqa: E402
+from oar_codegen.targets import builtin_targets  # noqa: E402
+from oar_codegen.trace import Recorder, observing  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch, dev):
+    monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "kernels"))
+    oar.set_device(dev)
+
+
+def _host(t):
+    return t.numpy() if hasattr(t, "numpy") else t
+
+
+def _check_compiled(fn, *args, calls: int = 3, rtol=2e-5, atol=2e-6, fused_at_least: int = 1):
+    """fn compiled matches fn eager on every call, and its plan has fused kernels."""
+    explanation = oar.compile.explain(fn, *args)
+    assert len(explanation.kernels) >= fused_at_least, str(explanation)
+    compiled = oar.compile(fn)
+    expected = [_host(t) for t in _as_list(fn(*args))]
+    for _ in range(calls):
+        got = [_host(t) for t in _as_list(compiled(*args))]
+        for e, g in zip(expected, got):
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
+    assert compiled.stats.replays == calls - 1, compiled.stats
+    return compiled, explanation
+
+
+def _as_list(value):
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _rand(*shape, seed=0):
+    return oar.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+
+
+def test_rms_norm_composed_becomes_one_kernel():
+    def rms(x, w):
+        return x * oar.rsqrt((x * x).mean(dim=-1, keepdim=True) + 1e-6) * w
+
+    _, explanation = _check_compiled(rms, _rand(33, 200), _rand(200, seed=1))
+    assert len(explanation.kernels) == 1 and not explanation.eager, str(explanation)
+
+
+def test_rms_norm_long_rows_sum_pairwise_in_float32():
+    x = oar.tensor(np.full((2, 300_000), 0.1, np.float32))
+
+    def mean_square(x):
+        return (x * x).mean(dim=-1) + 0.0
+
+    compiled = oar.compile(mean_square)
+    compiled(x)
+    got = compiled(x).numpy()
+    np.testing.assert_allclose(got, np.full(2, 0.01), rtol=1e-5)  # a naive float32 running sum is off by ~1e-3
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "rms_norm", "layer_norm"])
+def test_composite_ops_fuse_with_their_neighbours(op):
+    w, b = _rand(64, seed=2), _rand(64, seed=3)
+
+    def fn(x):
+        y = x * 2.0 + 1.0
+        if op == "rms_norm":
+            y = F.rms_norm(y, 64, w, eps=1e-5)
+        elif op == "layer_norm":
+            y = F.layer_norm(y, 64, w, b)
+        else:
+            y = getattr(F, op)(y, dim=-1)
+        return oar.silu(y) * 0.5
+
+    _, explanation = _check_compiled(fn, _rand(16, 64))
+    assert len(explanation.kernels) == 1, str(explanation)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "softmax"])
+def test_forward_and_backward_compile_together(op):
+    w = _rand(48, seed=4)
+    w.requires_grad = True
+
+    def step(x):
+        w.grad = None
+        if op == "rms_norm":
+            y = F.rms_norm(x, 48, w)
+        elif op == "layer_norm":
+            y = F.layer_norm(x, 48, w)
+        else:
+            y = F.softmax(x * w, dim=-1)
+        loss = (F.gelu(y) * y).sum()
+        loss.backward()
+        return loss, w.grad
+
+    x = _rand(12, 48)
+    _check_compiled(step, x, rtol=1e-4, atol=1e-5)
+
+
+def test_gelu_silu_chains_and_where():
+    def fn(x, y):
+        a = F.gelu(x, approximate="tanh") + F.gelu(y)
+        b = oar.where(oar.gt(a, 0.0), oar.sigmoid(a), oar.tanh(a))
+        return oar.clamp(b * oar.exp(-a.abs()), -0.5, 0.7), oar.maximum(a, b)
+
+    _check_compiled(fn, _rand(8, 100), _rand(8, 100, seed=5))
+
+
+def test_reductions_over_trailing_and_leading_dims():
+    def fn(x):
+        return (x.max(dim=-1) - x.min(dim=-1) + oar.var(x, dim=[-1]), oar.sum(x * 3.0, dim=[0]))
+
+    _check_compiled(fn, _rand(40, 30), rtol=1e-4, atol=1e-5)
+
+
+def test_nan_and_inf_propagate_as_in_eager():
+    data = np.random.default_rng(6).standard_normal((4, 16)).astype(np.float32)
+    data[1, 3], data[2, 5], data[3, 0] = np.nan, np.inf, -np.inf
+    x = oar.tensor(data)
+
+    def fn(x):
+        return oar.softmax(x * 1.0, dim=-1), (x * x).max(dim=-1) + 1.0, oar.relu(x) + 0.0
+
+    compiled = oar.compile(fn)
+    expected = [t.numpy() for t in fn(x)]
+    compiled(x)
+    for e, g in zip(expected, (t.numpy() for t in compiled(x))):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(e))
+        np.testing.assert_allclose(g[~np.isnan(e)], e[~np.isnan(e)], rtol=1e-5, atol=1e-6)
+
+
+def test_adamw_updates_run_fused_and_match_eager():
+    def train(seed):
+        oar.manual_seed(seed)
+        model = oar.nn.Linear(32, 16)
+        opt = oar.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+        x = _rand(8, 32, seed=seed)
+
+        def step(x):
+            loss = (model(x) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+        return step, x, model
+
+    eager_step, x, eager_model = train(7)
+    compiled_fn, x2, compiled_model = train(7)
+    compiled = oar.compile(compiled_fn)
+    for _ in range(5):
+        eager_step(x)
+        compiled(x2)
+    for a, b in zip(eager_model.parameters(), compiled_model.parameters()):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-6)
+    assert compiled.stats.replays >= 3 and compiled.stats.traces <= 2, compiled.stats
+
+
+def test_a_new_signature_traces_again_within_bounds():
+    def fn(x):
+        return oar.softmax(x + 1.0, dim=-1) * 2.0
+
+    compiled = oar.compile(fn, max_signatures=2)
+    for n in (3, 4, 5, 3):
+        x = _rand(n, 8)
+        np.testing.assert_allclose(compiled(x).numpy(), fn(x).numpy(), rtol=1e-6)
+    assert compiled.stats.traces == 4  # 3 was evicted by 5 (two signatures kept)
+    assert len(compiled._entries) == 2
+
+
+def test_a_call_that_launches_something_else_runs_eagerly_and_is_right():
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        y = x * 2.0 + 1.0
+        if len(calls) % 3 == 0:
+            y = oar.exp(y)
+        return y.sum(dim=[-1]) * 1.0
+
+    compiled = oar.compile(fn)
+    x = _rand(4, 10)
+    for i in range(6):
+        expected = (x * 2.0 + 1.0)
+        if (i + 1) % 3 == 0:
+            expected = oar.exp(expected)
+        np.testing.assert_allclose(compiled(x).numpy(), expected.sum(dim=[-1]).numpy(), rtol=1e-5)
+    assert compiled.stats.eager_calls >= 1
+
+
+def test_a_host_read_inside_the_function_splits_the_plan():
+    def fn(x):
+        y = oar.softmax(x * 3.0, dim=-1)
+        peak = float(y.max().item())          # a barrier: the units before it run here
+        return (y * 2.0 + 1.0) / peak
+
+    _check_compiled(fn, _rand(6, 12))
+
+
+def test_an_exception_inside_a_replay_leaves_eager_state():
+    t = oar.zeros([4])
+    state = {"fail": False}
+
+    def fn(x):
+        t.add_(x * 2.0)
+        if state["fail"]:
+            raise RuntimeError("boom")
+        return t * 1.0
+
+    compiled = oar.compile(fn)
+    x = oar.ones([4])
+    compiled(x)
+    compiled(x)
+    state["fail"] = True
+    with pytest.raises(RuntimeError, match="boom"):
+        compiled(x)
+    np.testing.assert_array_equal(t.numpy(), np.full(4, 6.0, np.float32))
+
+
+def test_explain_names_what_stays_a_plugin_kernel():
+    def fn(a, b):
+        return oar.relu(a @ b + 1.0) * 2.0
+
+    explanation = oar.compile.explain(fn, _rand(4, 5), _rand(5, 6))
+    assert ("matmul", "matmul has no fused form (it runs as the plugin's kernel)") in explanation.eager
+    assert "fused" in str(explanation) and "matmul" in str(explanation)
+
+
+def test_compiled_module_forward():
+    model = oar.nn.Sequential(oar.nn.Linear(8, 8), oar.nn.GELU(), oar.nn.Linear(8, 4))
+    compiled = oar.compile(model)
+    x = _rand(5, 8)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert list(compiled.parameters()) == list(model.parameters())
+
+
+def test_the_kernel_cache_serves_a_second_process(tmp_path):
+    script = textwrap.dedent("""
+        import os, oar
+        oar.set_device(os.environ["DEV"])
+        def rms(x):
+            return x * oar.rsqrt((x * x).mean(dim=-1, keepdim=True) + 1e-6)
+        f = oar.compile(rms)
+        f(oar.ones([4, 64]))
+        print(f.stats.kernels_built, f.stats.cache_hits)
+    """)
+    env = dict(os.environ, OAR_CACHE_DIR=str(tmp_path / "shared"), DEV=str(oar.get_device()))
+    first = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.split() == ["1", "0"] and second.stdout.split() == ["0", "1"], (first.stdout, second.stdout)
+
+
+def test_a_vendor_target_is_used_when_named(monkeypatch):
+    c = next(t for t in builtin_targets() if t.name == "c")
+    built = []
+
+    def compile_hook(request):
+        built.append(request.source)
+        assert "vendor prelude" in request.source
+        return request.compile_with_plugin()
+
+    import jinja2
+    loader = jinja2.DictLoader({"kernel.j2": "/* vendor prelude */\n{% include 'c/kernel.j2' %}"})
+    register_target(Target("myvendor", "c", loader, c.geometry, compile_hook))
+    monkeypatch.setenv("OAR_CODEGEN_TARGET", "myvendor")
+
+    def fn(x):
+        return oar.exp(x) * 2.0 + 1.0
+
+    compiled = oar.compile(fn)
+    x = _rand(3, 7)
+    compiled(x)
+    np.testing.assert_allclose(compiled(x).numpy(), fn(x).numpy(), rtol=1e-6)
+    assert built, "the vendor's compile hook was not called"
+
+
+def test_vendor_targets_come_from_entry_points(monkeypatch):
+    import oar_codegen.targets as targets
+
+    class FakeEntryPoint:
+        name, value = "acme", "acme_codegen:target"
+
+        def load(self):
+            return lambda: Target("acme", "acme-c", targets.builtin_targets()[0].templates)
+
+    class Broken(FakeEntryPoint):
+        name = "broken"
+
+        def load(self):
+            raise ImportError("no module named acme_broken")
+
+    monkeypatch.setattr(targets.metadata, "entry_points", lambda group: [FakeEntryPoint(), Broken()])
+    monkeypatch.setattr(targets, "_registered", None)
+    with pytest.warns(RuntimeWarning, match="broken"):
+        names = [t.name for t in targets.registered_targets()]
+    assert names[:1] == ["acme"] and "c" in names and "broken" not in names
+    monkeypatch.setattr(targets, "_registered", None)
+
+
+def test_opencl_and_cuda_targets_render_every_kernel_kind():
+    def fn(x, w):
+        y = F.rms_norm(x * 2.0, 16, w)
+        return oar.softmax(y, dim=-1), oar.sum(x * x * 3.0, dim=[0]), oar.exp(x) + 1.0
+
+    recorder = Recorder()
+    observing(recorder, fn, _rand(8, 16), _rand(16, seed=9))
+    plan = plan_trace(recorder.finish())
+    kinds = {u.kernel.kind for u in plan.units if isinstance(u, FusedUnit)}
+    assert kinds == {"row", "col", "flat"}, kinds
+    nvcc = shutil.which("nvcc")
+    for target in builtin_targets():
+        for unit in plan.units:
+            if not isinstance(unit, FusedUnit):
+                continue
+            source = target.render(model_of(unit.kernel, unit.kernel.name))
+            assert unit.kernel.name in source
+            if target.name == "cuda" and nvcc:
+                path = os.path.join(os.environ["OAR_CACHE_DIR"], f"{unit.kernel.name}.cu")
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write(source)
+                result = subprocess.run([nvcc, "-c", "-o", path + ".o", path], capture_output=True, text=True,
+                                        timeout=300)
+                assert result.returncode == 0, result.stderr
