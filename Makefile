@@ -37,6 +37,7 @@ demo: install
 	$(DEMO_ENV) $(VENV)/bin/oar info
 	$(DEMO_ENV) $(PY) examples/demo.py --device $(DEVICE)
 	$(DEMO_ENV) $(PY) examples/train_llama.py --device $(DEVICE)
+	$(DEMO_ENV) $(PY) examples/compile_llama.py --device $(DEVICE)
 
 # The CPU plugin's C self-test, plain and under AddressSanitizer + UBSan.
 selftest: $(VENV)/.deps
