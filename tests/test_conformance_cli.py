@@ -36,7 +36,8 @@ def test_list_by_level_quick_and_filter():
     abi = conformance("list", "--level", "abi").stdout.splitlines()
     assert abi and all(test_id.startswith("abi.") for test_id in abi)
     collectives = conformance("list", "--level", "collectives")
-    assert collectives.returncode == 0 and collectives.stdout == ""
+    assert collectives.returncode == 0 and collectives.stdout.splitlines()
+    assert all(test_id.startswith("collectives.") for test_id in collectives.stdout.splitlines())
     quick = conformance("list", "--quick").stdout.splitlines()
     assert set(quick) == set(tiers.quick_ids()) and len(quick) < len(abi)
     memory = conformance("list", "--filter", r"^abi\.memory\.mem_free").stdout.splitlines()

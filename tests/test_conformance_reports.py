@@ -55,7 +55,7 @@ def test_the_json_results_hold_levels_environment_and_metadata(reference_run):
     document = json.loads(reference_run[1]["json"])
     assert [level["name"] for level in document["levels"]] == ["abi", "ops", "models", "collectives"]
     collectives = document["levels"][3]
-    assert collectives["registered"] == 0 and "later issue" in collectives["note"]
+    assert collectives["registered"] > 900 and collectives["selected"] == 0 and collectives["note"] is None
     plugin = document["environment"]["plugin"]
     assert plugin["device_type"] == "refcpu" and plugin["plugin_abi"] == "1.0" and plugin["device_count"] >= 1
     assert "timing_events" in plugin["capabilities"]
@@ -124,7 +124,7 @@ def test_the_html_report_is_one_well_formed_self_contained_file(reference_run):
     assert not re.search(r"""(src|href)=["'](https?:)?//""", text), "the report fetches something"
     body = "".join(parsed.text)
     for needed in ("Summary", "Level abi", "Environment", "abi.memory.mem_free.double_free", "liboar_refcpu.so",
-                   "Oar reference CPU device", "later issue"):
+                   "Oar reference CPU device"):
         assert needed in body
 
 

@@ -96,9 +96,11 @@ def _plugin_environment(device: str, plugin: str | None, timeout: float) -> dict
 @click.option("--fault-op", "fault_ops", multiple=True,
               help="A plugin op (no input, one float32 output) whose launch fails on the device, for the "
                    "abi.sticky.* tests; default: the reference plugin's _refcpu_fault.")
+@click.option("--nranks", type=click.IntRange(2, 64), default=2, show_default=True,
+              help="Ranks of the collectives level's communicators (processes the suite starts itself).")
 @click.option("--progress/--no-progress", default=None, help="Live progress display (default: on a terminal).")
 def run(device, plugin, level_text, quick, pattern, jobs, timeout, expected_path, junit_path, json_path, html_path,
-        fault_ops, progress):
+        fault_ops, nranks, progress):
     """Run the suite against the plugin of DEVICE."""
     from oar_conformance.reports import console as console_report
     from oar_conformance.runner import run_tests
@@ -115,9 +117,10 @@ def run(device, plugin, level_text, quick, pattern, jobs, timeout, expected_path
     plugin_info = _plugin_environment(device, plugin, timeout)
     options = {"device": device, "plugin": plugin_info["path"], "levels": level_names, "quick": quick,
                "filter": pattern, "jobs": jobs, "timeout_s": timeout, "expected": expected_path,
-               "fault_ops": list(fault_ops)}
+               "fault_ops": list(fault_ops), "nranks": nranks}
     console_report.print_environment(console, plugin_info, options)
-    config = {"plugin": plugin_info["path"], "device_type": device, "fault_ops": list(fault_ops)}
+    config = {"plugin": plugin_info["path"], "device_type": device, "fault_ops": list(fault_ops), "nranks": nranks,
+              "timeout_s": timeout}
     registered = {name: len(REGISTRY.tests(name)) for name in level_names}
     started_at, started = results.utc_now(), time.monotonic()
     display = console_report.ProgressDisplay(console, tests, enabled=console.is_terminal if progress is None else progress)

@@ -6,8 +6,9 @@ when imported, and defines:
 - ``DESCRIPTION``: one line for listings and reports;
 - ``SESSION_KIND``: how its worker reaches the plugin: ``"raw"`` (the cffi
   binding, :class:`oar.abi.RawPlugin`, the library's entry points called
-  directly) or ``"runtime"`` (through ``oar``'s runtime). A worker process
-  serves one kind (the two would share the library's state);
+  directly), ``"runtime"`` (through ``oar``'s runtime) or ``"collectives"``
+  (raw, plus the rank processes of a communicator). A worker process serves
+  one kind (two would share the library's state);
 - ``open_session(config)``: called once per worker, lazily, before its first
   test; returns an object with ``context(test)`` (the argument a test gets; it
   has ``close()``, run after the test whatever happened) and ``close()``;
