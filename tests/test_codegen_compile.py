@@ -26,7 +26,10 @@ from oar_codegen.trace import Recorder, observing  # noqa: E402
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch, dev):
     monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "kernels"))
+    previous = oar.get_device()
     oar.set_device(dev)
+    yield
+    oar.set_device(previous)
 
 
 def _host(t):

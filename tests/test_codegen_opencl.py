@@ -30,9 +30,16 @@ def cl_dev():
     plugin_manager.unload(plugin.device_type)
 
 
-def test_fused_patterns_match_eager_on_opencl(cl_dev, tmp_path, monkeypatch):
+@pytest.fixture
+def on_opencl(cl_dev, tmp_path, monkeypatch):
     monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path))
+    previous = oar.get_device()
     oar.set_device(cl_dev)
+    yield cl_dev
+    oar.set_device(previous)
+
+
+def test_fused_patterns_match_eager_on_opencl(on_opencl):
     rng = np.random.default_rng(0)
     x = oar.tensor(rng.standard_normal((24, 80)).astype(np.float32))
     w = oar.tensor(rng.standard_normal(80).astype(np.float32))

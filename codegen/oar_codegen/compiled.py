@@ -48,6 +48,7 @@ class _Entry:
     trace: Trace
     executable: executor.Executable | None
     reason: str = ""            # why there is no executable
+    misses: int = 0             # replays in a row that another trace of the signature took
 
 
 def _tensor_key(value: Any) -> Any:
@@ -65,14 +66,17 @@ def _tensor_key(value: Any) -> Any:
 
 
 class _Replay:
-    """The launch observer of a replaying call: matches launches against candidate traces and takes them."""
+    """The launch observer of a replaying call: matches launches against candidate traces, takes
+    them, and runs each unit of the plan as soon as the launches it covers have all been seen (so
+    the device works while Python goes on), once one candidate is left."""
 
     def __init__(self, entries: list[_Entry]):
         self.alive = [(entry, {}, {}) for entry in entries]
         self.seen: list[tuple] = []
         self.recorder: Recorder | None = None
         self.units_run = 0
-        self.launches_run = 0
+        self.covered: set[int] = set()   # launches (positions in seen) whose unit has run
+        self.replayed: _Entry | None = None
 
     def _bind(self, binding: dict, reverse: dict, launch, tensors) -> bool:
         for ref, t in zip(launch.inputs + launch.outputs, tensors):
@@ -100,10 +104,26 @@ class _Replay:
         self.alive = survivors
         return bool(survivors)
 
+    def _run_ready(self) -> None:
+        """Run the units whose launches have all been seen (only once a single candidate is left)."""
+        if len(self.alive) != 1 or self.alive[0][0].executable is None:
+            return
+        entry, binding, _ = self.alive[0]
+        executable = entry.executable
+        seen = len(self.seen)
+        while self.units_run < len(executable.unit_last) and executable.unit_last[self.units_run] < seen:
+            executable.run_units(self.units_run, self.units_run + 1, binding, self.seen)
+            self.covered.update(executable.unit_launches[self.units_run])
+            self.units_run += 1
+
+    def _run_uncovered(self, upto: int) -> None:
+        executor.run_eagerly([entry for i, entry in enumerate(self.seen[:upto]) if i not in self.covered])
+
     def _diverge(self, current_runs_itself: bool = True) -> None:
-        """Stop replaying: run what was taken, as it was launched, and trace the rest of the call
-        (current_runs_itself: the launch being observed is let through, not run here)."""
-        executor.run_eagerly(self.seen[:-1] if current_runs_itself else self.seen, self.launches_run)
+        """Stop replaying: run what was taken and not yet run, one launch at a time as it was made,
+        and trace the rest of the call (current_runs_itself: the launch being observed is let
+        through, not run here)."""
+        self._run_uncovered(len(self.seen) - 1 if current_runs_itself else len(self.seen))
         recorder = Recorder()
         for op, ins, outs, attrs, fresh in self.seen:
             if op == HOST_READ:
@@ -117,6 +137,7 @@ class _Replay:
             return self.recorder(op, inputs, outputs, attrs, fresh)
         self.seen.append((op, inputs, outputs, attrs, fresh))
         if self._match(signature_of(op, inputs, outputs, attrs, fresh), inputs + outputs):
+            self._run_ready()
             return True
         self._diverge()
         return False
@@ -132,17 +153,12 @@ class _Replay:
             self._diverge(current_runs_itself=False)
             return
         self.alive = self.alive[:1]   # the units before this barrier run now: commit to one plan
-        entry, binding, _ = self.alive[0]
-        barrier = sum(1 for launch in entry.trace.launches[:len(self.seen)] if launch.op == HOST_READ) - 1
-        end = entry.executable.plan.barriers[barrier]
-        entry.executable.run_units(self.units_run, end, binding, self.seen)
-        self.units_run = end
-        self.launches_run = len(self.seen)
+        self._run_ready()
 
     def abandon(self) -> None:
         """The function raised: run what was taken so the state is what eager execution leaves."""
         if self.recorder is None:
-            executor.run_eagerly(self.seen, self.launches_run)
+            self._run_uncovered(len(self.seen))
 
     def observable_now(self) -> set[int]:
         """Fresh slots (of the matched trace) that the caller still references."""
@@ -162,12 +178,21 @@ class _Replay:
         """Run the rest of the plan, or say why not: returns "replayed", or a new trace."""
         if self.recorder is not None:
             return self.recorder.finish()
-        complete = [c for c in self.alive if len(c[0].trace.launches) == len(self.seen)]
-        if complete and complete[0][0].executable is not None:
-            entry, binding, _ = complete[0]
+        self.alive = [c for c in self.alive if len(c[0].trace.launches) == len(self.seen)][:1]
+        if self.alive and self.alive[0][0].executable is not None:
+            entry, binding, _ = self.alive[0]
             unwritten = self.observable_now() - entry.executable.stored_slots()
-            if not unwritten:
-                entry.executable.run_units(self.units_run, len(entry.executable.plan.units), binding, self.seen)
+            if unwritten and self.units_run:
+                # Units ran before the call returned: values this call keeps (the trace did not)
+                # were never written. Say so; the next call traces again.
+                warnings.warn(f"oar.compile: this call kept {len(unwritten)} tensor(s) made inside the compiled "
+                              "function that the traced call did not keep; their values were fused away and are "
+                              "unspecified. Return them (or keep them on every call) so they are written.",
+                              RuntimeWarning, stacklevel=3)
+                entry.executable = None
+            if not unwritten or self.units_run:
+                self._run_ready()
+                self.replayed = entry
                 self.seen = []
                 return "replayed"
         self._diverge(current_runs_itself=False)
@@ -220,6 +245,15 @@ class CompiledFunction:
         while len(self._entries) > self.max_signatures:
             self._entries.popitem(last=False)
 
+    def _note_replayed(self, signature: Any, used: _Entry) -> None:
+        """Traces another trace keeps winning over are dropped (an optimizer's first step, which
+        made its state): with one candidate left, units run while the function still runs."""
+        with self._lock:
+            entries = self._entries.get(signature, [])
+            for entry in entries:
+                entry.misses = 0 if entry is used else entry.misses + 1
+            entries[:] = [e for e in entries if e.misses < 2]
+
     def __call__(self, *args, **kwargs):
         if os.environ.get("OAR_COMPILE_DISABLE") == "1":
             return self.fn(*args, **kwargs)
@@ -246,6 +280,7 @@ class CompiledFunction:
         outcome = replay.finish()
         if outcome == "replayed":
             self.stats.replays += 1
+            self._note_replayed(signature, replay.replayed)
         else:
             self.stats.eager_calls += 1
             self.stats.traces += 1

@@ -4,7 +4,7 @@ run against the storages of a replayed call."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from oar import _C
 from oar.devices import resolve
@@ -38,6 +38,12 @@ class Executable:
     target: Target
     kernels: dict[int, BuiltKernel]   # unit index -> kernel
     device: str
+    unit_last: list[int] = field(default_factory=list)        # unit -> its last launch (it runs after it)
+    unit_launches: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.unit_launches = [list(u.members) if isinstance(u, FusedUnit) else [u.launch] for u in self.plan.units]
+        self.unit_last = [max(members) for members in self.unit_launches]
 
     def stored_slots(self) -> set[int]:
         """The fresh slots whose final values some unit writes to memory."""
@@ -64,9 +70,9 @@ class Executable:
             kernel.function.module.plugin.launch(stream._c, kernel.function, kernel.grid, kernel.block, args, 0)
 
 
-def run_eagerly(seen: list, begin: int = 0) -> None:
+def run_eagerly(seen: list) -> None:
     """Run taken launches one by one as they were made (a replay that stopped matching)."""
-    for entry in seen[begin:]:
+    for entry in seen:
         op, ins, outs, attrs = entry[:4]
         if op != HOST_READ:
             _C._launch_now(op, ins, outs, attrs)

@@ -67,9 +67,8 @@ class EagerUnit:
 
 @dataclass
 class Plan:
-    """The units of a trace in run order; barriers[k] = how many units run before the k-th host read."""
+    """The units of a trace in the order they run (each after its last launch)."""
     units: list
-    barriers: list[int]
     refused: dict[int, str] = field(default_factory=dict)  # launch index -> why it is not fused
 
     @property
@@ -305,17 +304,11 @@ class _Planner:
                     units.append((i, EagerUnit(i, "a group of one op runs as the plugin's kernel")))
                 continue
             units.append((max(group.members), FusedUnit(list(group.members), self.kernel_of(group_id))))
-        barriers = []
         for index, launch in enumerate(self.launches):
-            if launch.op == HOST_READ:
-                barriers.append(index)
-            elif index not in self.group_of:
+            if launch.op != HOST_READ and index not in self.group_of:
                 units.append((index, EagerUnit(index, self.refused.get(index, "not fusable"))))
         units.sort(key=lambda pair: pair[0])
-        ordered = [u for _, u in units]
-        positions = [p for p, _ in units]
-        barrier_counts = [sum(1 for p in positions if p < b) for b in barriers]
-        return Plan(ordered, barrier_counts, dict(self.refused))
+        return Plan([u for _, u in units], dict(self.refused))
 
 
 def _dense(ref) -> bool:

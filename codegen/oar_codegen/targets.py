@@ -111,7 +111,8 @@ def builtin_targets() -> list[Target]:
     def loader(name: str) -> jinja2.BaseLoader:
         return jinja2.FileSystemLoader(os.path.join(_HERE, name))
     return [
-        Target("c", "c", loader("c"), host_geometry,
+        # -fno-math-errno: sqrtf inline and vectorizable; NaN and Inf are untouched (errno only)
+        Target("c", "c", loader("c"), host_geometry, options="-fno-math-errno",
                key_properties=("name", "vendor", "driver_version", "host_cpu")),
         Target("opencl", "opencl", loader("opencl"), gpu_geometry),
         Target("cuda", "cuda", loader("cuda"), gpu_geometry),
