@@ -343,3 +343,42 @@ def test_opencl_and_cuda_targets_render_every_kernel_kind():
                 result = subprocess.run([nvcc, "-c", "-o", path + ".o", path], capture_output=True, text=True,
                                         timeout=300)
                 assert result.returncode == 0, result.stderr
+
+
+def test_a_compiled_modules_backward_runs_compiled_too():
+    def build():
+        oar.manual_seed(3)
+        return oar.nn.Sequential(oar.nn.Linear(16, 32), oar.nn.SiLU(), oar.nn.Linear(32, 8))
+
+    eager_model, model = build(), build()
+    compiled = oar.compile(model)
+    x = _rand(6, 16)
+    for _ in range(4):
+        for m, run in ((eager_model, eager_model), (model, compiled)):
+            for p in m.parameters():
+                p.grad = None
+            loss = (F.gelu(run(x)) ** 2).mean()
+            loss.backward()
+    for a, b in zip(eager_model.parameters(), model.parameters()):
+        np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy(), rtol=1e-5, atol=1e-7)
+    backward = compiled.backward_compiler.compiled
+    assert backward.stats.replays >= 2 and backward.stats.kernels_built + backward.stats.cache_hits > 0, \
+        backward.stats
+
+
+def test_the_c_targets_exp_is_within_one_ulp_with_ieee_special_values():
+    values = np.concatenate([np.linspace(-110, 95, 20001, dtype=np.float32),
+                             np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72, -87.3, -100.0], np.float32)])
+    x = oar.tensor(values)
+    compiled = oar.compile(lambda x: oar.exp(x) * 1.0 + 0.0)
+    compiled(x)
+    got = compiled(x).numpy()
+    with np.errstate(over="ignore"):
+        expected = np.exp(values.astype(np.float64)).astype(np.float32)
+    normal = np.isfinite(expected) & (expected > np.finfo(np.float32).tiny)
+    ulps = np.abs(got[normal].view(np.int32).astype(np.int64) - expected[normal].view(np.int32).astype(np.int64))
+    assert ulps.max() <= 1
+    tiny = np.isfinite(expected) & ~normal
+    assert np.abs(got[tiny] - expected[tiny]).max() <= 2e-45
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))

@@ -303,17 +303,45 @@ def compile(fn: Callable | None = None, *, max_traces: int = 4, max_signatures: 
 
 
 class CompiledModule:
-    """A module whose forward runs compiled; attributes (parameters(), train(), ...) are the module's."""
+    """A module whose forward runs compiled, and the backward that follows it (the next
+    ``backward()`` on this thread after a forward with grad enabled); attributes (parameters(),
+    train(), ...) are the module's."""
 
     def __init__(self, module, **options):
         self.__dict__["module"] = module
         self.__dict__["forward"] = CompiledFunction(module.forward, **options)
+        self.__dict__["backward_compiler"] = _BackwardCompiler(**options)
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        from oar.autograd import engine, is_grad_enabled
+
+        result = self.forward(*args, **kwargs)
+        if is_grad_enabled():
+            compiler = self.__dict__["backward_compiler"]
+            engine._backward_compiler = compiler
+            compiler.armed.value = True
+        return result
 
     def __getattr__(self, name: str):
         return getattr(self.__dict__["module"], name)
+
+
+class _BackwardCompiler:
+    """Runs autograd's backward as a compiled function (its launches replayed like any other)."""
+
+    def __init__(self, **options):
+        from oar.autograd import engine
+
+        self.armed = threading.local()
+        self.compiled = CompiledFunction(
+            lambda pairs, retain_graph: engine.run_backward(pairs, retain_graph=retain_graph), **options)
+
+    def wants(self, pairs) -> bool:
+        return getattr(self.armed, "value", False)
+
+    def run(self, pairs, retain_graph: bool) -> None:
+        self.armed.value = False
+        self.compiled(list(pairs), retain_graph)
 
 
 @dataclass

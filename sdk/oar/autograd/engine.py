@@ -527,6 +527,11 @@ def _run_post_backward_hooks() -> None:
         hook()
 
 
+# Set by oar_codegen: after an oar.compile'd module's forward, backward runs compiled too.
+# It has wants(pairs) -> bool and run(pairs, retain_graph).
+_backward_compiler: Any = None
+
+
 def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, create_graph: bool = False,
              inputs=None) -> None:
     """Accumulate d(tensors)/d(leaf) into ``.grad`` of every leaf that requires grad.
@@ -546,7 +551,11 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, creat
                 _store_leaf_grad(t, g)
         _run_post_backward_hooks()
         return
-    run_backward(pairs, retain_graph=bool(retain_graph))
+    compiler = _backward_compiler
+    if compiler is not None and compiler.wants(pairs):
+        compiler.run(pairs, bool(retain_graph))
+    else:
+        run_backward(pairs, retain_graph=bool(retain_graph))
     _run_post_backward_hooks()
 
 
