@@ -382,3 +382,23 @@ def test_the_c_targets_exp_is_within_one_ulp_with_ieee_special_values():
     assert np.abs(got[tiny] - expected[tiny]).max() <= 2e-45
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_forward_and_backward_fuse(reduction):
+    rng = np.random.default_rng(11)
+    x = oar.tensor(rng.standard_normal((37, 29)).astype(np.float32))
+    x.requires_grad = True
+    target = rng.integers(0, 29, 37)
+    target[3] = -100  # ignored
+    t = oar.tensor(target)
+
+    def step(x, t):
+        x.grad = None
+        loss = F.cross_entropy(x * 1.5, t, reduction=reduction)
+        (loss.sum() if reduction == "none" else loss).backward()
+        return loss, x.grad
+
+    _, explanation = _check_compiled(step, x, t, rtol=1e-5, atol=1e-6)
+    fused_ops = [op for _, ops in explanation.kernels for op in ops]
+    assert "cross_entropy" in fused_ops and "cross_entropy_backward" in fused_ops, str(explanation)

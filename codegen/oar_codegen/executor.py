@@ -23,12 +23,11 @@ __all__ = ["BuiltKernel", "Executable", "build", "run_eagerly"]
 class BuiltKernel:
     name: str
     source: str
-    function: object          # oar._C.Function
-    grid: int
-    block: int
+    launches: list[tuple]     # (oar._C.Function, grid, block) in order: the stages of the kernel
     buffer_slots: list[int]
     cache_hit: bool
     build_seconds: float
+    scratch: object = None    # a device tensor the stages pass values through (sums over all rows)
 
 
 @dataclass
@@ -67,7 +66,10 @@ class Executable:
                 continue
             kernel = self.kernels[i]
             args = [("device_ptr", binding[slot]) for slot in kernel.buffer_slots]
-            kernel.function.module.plugin.launch(stream._c, kernel.function, kernel.grid, kernel.block, args, 0)
+            if kernel.scratch is not None:
+                args.append(("device_ptr", kernel.scratch._storage_ptr()))
+            for function, grid, block in kernel.launches:
+                function.module.plugin.launch(stream._c, function, grid, block, args, 0)
 
 
 def run_eagerly(seen: list) -> None:
@@ -111,7 +113,12 @@ def build(trace: Trace, plan: Plan, target: Target, cache: kernel_cache.KernelCa
         module = modules.get(digest)
         if module is None:
             module = modules[digest] = plugin.module_load(dev.index, bytes(binary))
-        function = module.get_function(spec.name)
-        kernels[i] = BuiltKernel(spec.name, source, function, grid, block, list(spec.buffer_slots), hit,
-                                 time.perf_counter() - started)
+        launches = [(module.get_function(spec.name + stage), grid if not stage else 1, block if not stage else 1)
+                    for stage in model.stages]
+        scratch = None
+        if model.totals:  # per-row values of each sum over all rows, from the first stage to the second
+            import oar
+            scratch = oar.empty([len(model.totals) * spec.rows], dtype=oar.float32, device=trace.device)
+        kernels[i] = BuiltKernel(spec.name, source, launches, list(spec.buffer_slots), hit,
+                                 time.perf_counter() - started, scratch)
     return Executable(trace, plan, target, kernels, trace.device)

@@ -177,8 +177,11 @@ class _Planner:
     def _output_accesses(self, launch: Launch, domain: Domain, shape, split) -> list | None:
         out = []
         for ref in launch.outputs:
-            if domain.kind == "ew" or launch.op in ("softmax", "log_softmax") or "norm" in launch.op:
+            if domain.kind == "ew" or launch.op in ("softmax", "log_softmax", "cross_entropy_backward") \
+                    or "norm" in launch.op:
                 access = access_of(ref, shape, split)
+            elif launch.op == "cross_entropy" and math.prod(ref.shape) == 1 and len(ref.shape) == 0:
+                access = Access(ref.offset, 0, 0)  # the mean or sum over rows
             elif domain.kind == "row":  # one value per row, rows dense
                 access = Access(ref.offset, 1 if math.prod(shape[:split]) > 1 else 0, 0)
                 if math.prod(ref.shape) != math.prod(shape[:split]) or not _dense(ref):
@@ -241,8 +244,8 @@ class _Planner:
                     self._close_group_of(source[0])
             self._note_reads(index, launch)
             self._note_writes(index, launch, own)
-            if domain is not None and domain.kind == "col" and own is not None:
-                self.groups[own].open = False  # a column sum ends its group
+            if own is not None and (domain.kind == "col" or _sums_all_rows(launch)):
+                self.groups[own].open = False  # a column sum, or a sum over all rows, ends its group
 
     # -- kernels ----------------------------------------------------------------------------
     def kernel_of(self, group_id: int) -> KernelSpec:
@@ -309,6 +312,10 @@ class _Planner:
                 units.append((index, EagerUnit(index, self.refused.get(index, "not fusable"))))
         units.sort(key=lambda pair: pair[0])
         return Plan([u for _, u in units], dict(self.refused))
+
+
+def _sums_all_rows(launch: Launch) -> bool:
+    return launch.op == "cross_entropy" and launch.attrs.get("reduction", "mean") != "none"
 
 
 def _dense(ref) -> bool:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Access", "Expr", "ExprBuilder", "ROW_REDUCTIONS", "COLUMN_SUM"]
+__all__ = ["Access", "Expr", "ExprBuilder", "ROW_REDUCTIONS", "COLUMN_SUM", "TOTAL_SUM"]
 
 ROW_REDUCTIONS = ("sum", "max", "min")
 COLUMN_SUM = "colsum"  # the sum over rows of a "col" kernel: one value per column
+TOTAL_SUM = "total_sum"  # the sum over all rows of a per-row value: one value for the kernel
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,12 @@ class ExprBuilder:
 
     def load(self, buffer: int, access: Access, dtype: str) -> Expr:
         return self._make("load", (buffer, access), "bool" if dtype == "bool" else "float", access.per_row)
+
+    def total(self, value: Expr) -> Expr:
+        """The sum over every row of a per-row value (cross_entropy's mean and its count)."""
+        if not value.per_row:
+            raise ValueError("a total sums a per-row value")
+        return self._make(TOTAL_SUM, (value,), "float", True)
 
     def const(self, value: float) -> Expr:
         return self._make("const", (float(value),), "float", True)

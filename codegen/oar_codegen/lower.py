@@ -71,6 +71,12 @@ def access_of(ref: Ref, shape: Sequence[int], split: int) -> Access | None:
     if tuple(ref.shape) == tuple(shape[split:]) and split > 0:  # a per-column operand (a norm's weight)
         col = _collapse(ref.shape, ref.strides)
         return None if col is None else Access(ref.offset, 0, 0 if math.prod(ref.shape) == 1 else col)
+    if len(ref.shape) == 0 or math.prod(ref.shape) == 1 and all(st == 0 or n == 1 for st, n in
+                                                               zip(ref.strides, ref.shape)):
+        return Access(ref.offset, 0, 0)  # a 0-d operand: one value for the whole kernel
+    if tuple(ref.shape) == tuple(shape[:split]) and split < len(shape):  # a per-row operand (a target)
+        row = _collapse(ref.shape, ref.strides)
+        return None if row is None else Access(ref.offset, 0 if math.prod(ref.shape) == 1 else row, 0)
     if tuple(ref.shape) != tuple(shape):
         # A view of another shape over the same elements (a reshape): find the split with the same row count.
         rows = math.prod(shape[:split])
@@ -100,9 +106,11 @@ _BINARY = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", 
 _TRAILING = {"sum", "mean", "max", "min", "var"}
 _LAST_DIM = {"softmax", "log_softmax"}
 _NORMS = {"rms_norm", "layer_norm", "rms_norm_backward_input", "layer_norm_backward_input"}
+_CROSS_ENTROPY = {"cross_entropy", "cross_entropy_backward"}
+_INDEX_TYPES = {"int32", "int64"}
 _BOOL_OK = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "isnan", "where",
             "cast", "copy"}
-FUSABLE_OPS = frozenset(_UNARY | _BINARY | _TRAILING | _LAST_DIM | _NORMS)
+FUSABLE_OPS = frozenset(_UNARY | _BINARY | _TRAILING | _LAST_DIM | _NORMS | _CROSS_ENTROPY)
 
 
 def _reduced_dims(launch: Launch, ndim: int) -> list[int]:
@@ -118,7 +126,9 @@ def domain_of(launch: Launch) -> Domain:
     op = launch.op
     if op not in FUSABLE_OPS:
         raise LoweringRefused(f"{op} has no fused form (it runs as the plugin's kernel)")
-    for ref in launch.inputs + launch.outputs:
+    for k, ref in enumerate(launch.inputs + launch.outputs):
+        if op in _CROSS_ENTROPY and k == len(launch.inputs) - 1 and ref.dtype in _INDEX_TYPES:
+            continue  # the target: class indices
         if ref.dtype != FLOAT and not (ref.dtype == "bool" and op in _BOOL_OK):
             raise LoweringRefused(f"{op} on {ref.dtype} (fusion handles float32, and bool conditions)")
     if not launch.fresh and (op != "copy" or not _dense(launch.outputs[0])):
@@ -143,6 +153,11 @@ def domain_of(launch: Launch) -> Domain:
         if n == 0 or int(launch.attrs["dim"]) % n != n - 1:
             raise LoweringRefused(f"{op} over dim {launch.attrs['dim']} (fused only over the last dim)")
         return Domain("row", tuple(x), n - 1)
+    if op in _CROSS_ENTROPY:
+        logits = launch.inputs[0 if op == "cross_entropy" else 1].shape
+        if len(logits) != 2:
+            raise LoweringRefused(f"{op} of logits of shape {tuple(logits)} (fused for [N, C])")
+        return Domain("row", tuple(logits), 1)
     # the norms: x is the first input of the forward, the second of the backward
     xs = launch.inputs[1].shape if op.endswith("_backward_input") else x
     k = int(launch.attrs.get("normalized_ndim", 1))
@@ -270,7 +285,40 @@ def _elementwise(b: ExprBuilder, op: str, attrs: dict, ins: list, out_dtype: str
     return b.call(op, *ins, dtype="bool" if bool_result else "float")
 
 
+def _cross_entropy_parts(b: ExprBuilder, attrs: dict, logits: Expr, target: Expr):
+    """valid (the row's target is not ignore_index), the row's log-sum-exp, the target's logit."""
+    valid = b.call("ne", target, b.const(float(attrs.get("ignore_index", -100))), dtype="bool")
+    top = b.reduce("max", logits)
+    lse = b.add(top, b.call("log", b.reduce("sum", b.call("exp", b.sub(logits, top)))))
+    hit = b.call("eq", b.col(), target, dtype="bool")
+    picked = b.reduce("sum", b.call("where", hit, logits, b.const(0.0)))
+    return valid, lse, picked, hit
+
+
+def _cross_entropy(b: ExprBuilder, attrs: dict, ins: list, cols: int) -> list:
+    valid, lse, picked, _ = _cross_entropy_parts(b, attrs, ins[0], ins[1])
+    loss = b.call("where", valid, b.sub(lse, picked), b.const(0.0))
+    reduction = attrs.get("reduction", "mean")
+    if reduction == "none":
+        return [loss]
+    if reduction == "sum":
+        return [b.total(loss)]
+    return [b.div(b.total(loss), b.total(b.call("float_of", valid)))]
+
+
+def _cross_entropy_backward(b: ExprBuilder, attrs: dict, ins: list, cols: int) -> list:
+    grad, logits, target = ins
+    valid, lse, _, hit = _cross_entropy_parts(b, attrs, logits, target)
+    softmax = b.call("exp", b.sub(logits, lse))
+    scale = grad
+    if attrs.get("reduction", "mean") == "mean":
+        scale = b.div(grad, b.total(b.call("float_of", valid)))
+    d = b.mul(b.sub(softmax, b.call("float_of", hit)), scale)
+    return [b.call("where", valid, d, b.const(0.0))]
+
+
 _RULES: dict[str, Rule] = {
+    "cross_entropy": _cross_entropy, "cross_entropy_backward": _cross_entropy_backward,
     "softmax": _softmax, "log_softmax": _log_softmax,
     "rms_norm": _rms_norm, "rms_norm_backward_input": _rms_norm_backward_input,
     "layer_norm": _layer_norm, "layer_norm_backward_input": _layer_norm_backward_input,

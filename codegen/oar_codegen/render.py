@@ -18,10 +18,11 @@ import math
 from dataclasses import dataclass, field
 
 from oar_codegen.fusion import KernelSpec
-from oar_codegen.ir import COLUMN_SUM, Expr
+from oar_codegen.ir import COLUMN_SUM, TOTAL_SUM, Expr
 
 __all__ = ["KernelModel", "model_of", "float_literal"]
 
+_INDEX_CTYPES = {"int32": "int32_t", "int64": "int64_t"}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
           "gt": ">", "ge": ">=", "logical_and": "&&", "logical_or": "||"}
 
@@ -56,6 +57,11 @@ class KernelModel:
     col_sums: list[dict]               # col kernels: {var, value, store}
     summary: str = ""                  # the fused ops, for the source's comment
     points: int = 1                    # grid points x threads per point, as launched
+    prologue: list[str] = field(default_factory=list)   # before the rows: totals of loaded values
+    epilogue: list[str] = field(default_factory=list)   # stage "_total": what needs the running totals
+    totals: list[dict] = field(default_factory=list)    # running totals: {var, slot} in the scratch
+    scratch: int = -1                  # the buffer index of the per-row scratch (-1: none)
+    stages: list[str] = field(default_factory=lambda: [""])  # function name suffixes, launched in order
 
 
 class _Writer:
@@ -77,7 +83,9 @@ class _Writer:
         if access.col_stride and not e.per_row:
             parts.append(f"{index}" if access.col_stride == 1 else f"{index} * {access.col_stride}")
         address = f"b{buffer}[{' + '.join(parts) or '0'}]"
-        return f"({address} != 0)" if dtype == "bool" else address
+        if dtype == "bool":
+            return f"({address} != 0)"
+        return f"(float){address}" if dtype in _INDEX_CTYPES else address
 
     def expression(self, e: Expr, lines: list[str], local: dict, index: str) -> str:
         """The name (or literal) of e's value, emitting its statements into lines (element scope) or
@@ -88,6 +96,8 @@ class _Writer:
             return local[e]
         if e.op == "const":
             return float_literal(e.args[0])
+        if e.op == TOTAL_SUM:
+            raise AssertionError("a total used before it was computed")
         if e.op == "col":
             text = f"(float){index}"
         elif e.op == "load":
@@ -165,12 +175,54 @@ def _depth(e: Expr, memo: dict) -> int:
     return memo[e]
 
 
+def _totals_in(e: Expr, found: dict) -> None:
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if x.op == TOTAL_SUM:
+            found.setdefault(x, None)
+        if x.op not in ("load", "const", "col"):
+            stack.extend(x.args)
+
+
+def _totals(w: "_Writer", spec: KernelSpec, index: str, memo: dict):
+    """Totals of loaded values are summed before the rows (every grid point sums them itself);
+    totals of computed values accumulate row by row (the kernel then runs on one grid point) and
+    what uses them is computed and stored after the rows."""
+    found: dict = {}
+    for s in spec.stores:
+        _totals_in(s.value, found)
+    prologue, running_updates, running = [], [], set()
+    for total in found:
+        var = w._var()
+        if _depth(total.args[0], memo) == 0:
+            prologue.append(f"OAR_ACC {var} = 0;")
+            saved = (w.row_vars, w.pending)
+            w.row_vars, w.pending = {}, []
+            value = w.expression(total.args[0], [], {}, index)
+            prologue.append("for (int64_t r = 0; r < rows; ++r) {")
+            prologue.extend("  " + line for line in w.pending)
+            prologue.append(f"  {var} += {value};")
+            prologue.append("}")
+            w.row_vars, w.pending = saved
+            w.row_vars[total] = f"(float){var}"
+        else:
+            running.add(total)
+            running_updates.append((total, var))
+    return prologue, running_updates, running
+
+
 def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
     w = _Writer(spec)
+    w.pending = []
     reductions: dict = {}
     for s in spec.stores:
         _reductions_in(s.value, reductions)
     memo: dict = {}
+    prologue, running_updates, running = _totals(w, spec, index, memo)
     by_depth: dict[int, list[Expr]] = {}
     for red in reductions:
         by_depth.setdefault(_depth(red, memo), []).append(red)
@@ -194,18 +246,46 @@ def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
     def once_per_row(s) -> bool:
         return s.value.per_row and s.access.col_stride == 0
 
+    def after_rows(s) -> bool:
+        found: dict = {}
+        _totals_in(s.value, found)
+        return any(t in running for t in found)
+
     for s in spec.stores:
-        if once_per_row(s):
+        if once_per_row(s) and not after_rows(s):
             row_stores.append(w.store(s, w.expression(s.value, [], {}, index), index))
     for s in spec.stores:
-        if not once_per_row(s):
+        if not once_per_row(s) and not after_rows(s):
             final.stores.append(w.store(s, w.expression(s.value, final.body, local, index), index))
+    scratch = len(spec.buffer_dtypes)  # the executor appends the scratch buffer last
+    for slot, (total, var) in enumerate(running_updates):
+        row_stores.append(f"b{scratch}[{slot} * rows + r] = {w.expression(total.args[0], [], {}, index)};")
     blocks.append(("row", w.pending))
     if final.stores:
         blocks.append(("loop", final))
-    buffers = [{"index": i, "ctype": "unsigned char" if d == "bool" else "float"}
-               for i, d in enumerate(spec.buffer_dtypes)]
-    return KernelModel(name, spec.kind, spec.rows, spec.cols, buffers, blocks, row_stores, [], " -> ".join(spec.ops))
+    epilogue: list[str] = []
+    if running:
+        w.row_vars = {e: v for e, v in w.row_vars.items() if e.op == TOTAL_SUM}  # before the rows
+        w.row_vars.update({total: var for total, var in running_updates})
+        w.pending = epilogue
+        for s in spec.stores:
+            if after_rows(s):
+                if s.access != type(s.access)(s.access.offset, 0, 0):
+                    raise AssertionError("a value of a sum over all rows is stored once, not per row")
+                epilogue.append(w.store(s, w.expression(s.value, [], {}, index), index))
+    buffers = _buffers(spec)
+    extra = {}
+    if running:
+        buffers.append({"index": scratch, "ctype": "float"})
+        extra = dict(totals=[{"var": var, "slot": slot} for slot, (_, var) in enumerate(running_updates)],
+                     scratch=scratch, stages=["", "_total"])
+    return KernelModel(name, spec.kind, spec.rows, spec.cols, buffers, blocks, row_stores, [],
+                       " -> ".join(spec.ops), prologue=prologue, epilogue=epilogue, **extra)
+
+
+def _buffers(spec: KernelSpec) -> list[dict]:
+    return [{"index": i, "ctype": "unsigned char" if d == "bool" else _INDEX_CTYPES.get(d, "float")}
+            for i, d in enumerate(spec.buffer_dtypes)]
 
 
 def _col_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
@@ -222,9 +302,7 @@ def _col_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
             stores.append(w.store(s, w.expression(s.value, body, local, index), index))
     for entry in sums:
         entry["store"] = w.store(entry["store"], f"(float){entry['var']}[{index} - c0]", index)
-    buffers = [{"index": i, "ctype": "unsigned char" if d == "bool" else "float"}
-               for i, d in enumerate(spec.buffer_dtypes)]
-    return KernelModel(name, "col", spec.rows, spec.cols, buffers, [("row", w.pending), ("loop", Loop(body, [], stores))],
+    return KernelModel(name, "col", spec.rows, spec.cols, _buffers(spec), [("row", w.pending), ("loop", Loop(body, [], stores))],
                        [], sums, " -> ".join(spec.ops))
 
 
