@@ -11,7 +11,7 @@ SOURCES := $(shell git ls-files 2>/dev/null | grep -E '\.(c|h|cl|cpp|hpp|py|txt|
 SELFTEST_DIR := build/selftest
 ASAN_DIR := build/selftest-asan
 
-.PHONY: demo test sysdeps install selftest selftest-asan pytest conformance-quick docs bench clean
+.PHONY: demo test sysdeps install selftest selftest-asan selftest-opencl selftest-cuda pytest conformance-quick docs bench clean
 
 sysdeps:
 	@bash .ci/sysdeps.sh
@@ -58,6 +58,27 @@ selftest-asan: $(VENV)/.deps
 	  OAR_REFCPU_STRICT=1 $$test $(ASAN_DIR)/liboar_refcpu.so; \
 	done
 
+# The OpenCL plugin's C self-test; exit 77 (no OpenCL platform or device) counts as a pass.
+selftest-opencl: $(VENV)/.deps
+	cmake -S reference_backends/opencl -B build/selftest-opencl -DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build/selftest-opencl -j2 >/dev/null
+	@if [ ! -x build/selftest-opencl/opencl_selftest ]; then \
+	  echo "selftest-opencl: skipped: the OpenCL plugin was not built (no OpenCL headers / ICD loader)"; \
+	else rc=0; build/selftest-opencl/opencl_selftest build/selftest-opencl/liboar_opencl.so || rc=$$?; \
+	  if [ $$rc = 77 ]; then echo "selftest-opencl: passed as skipped (exit 77: no OpenCL device)"; \
+	  elif [ $$rc != 0 ]; then exit $$rc; fi; fi
+
+# The CUDA plugin where nvcc is on PATH: built with -Werror (one architecture, sm_75 + its PTX,
+# to keep CI fast) and its C self-test run; exit 77 (no CUDA device) counts as a pass.
+selftest-cuda: $(VENV)/.deps
+	@if ! command -v nvcc >/dev/null 2>&1; then echo "selftest-cuda: skipped: nvcc is not on PATH (no CUDA toolkit)"; exit 0; fi; \
+	set -e; \
+	cmake -S reference_backends/cuda -B build/selftest-cuda -DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_CUDA_ARCHITECTURES=75 >/dev/null; \
+	cmake --build build/selftest-cuda -j2 >/dev/null; \
+	rc=0; build/selftest-cuda/cuda_selftest build/selftest-cuda/liboar_cuda.so || rc=$$?; \
+	if [ $$rc = 77 ]; then echo "selftest-cuda: passed as skipped (exit 77: no CUDA device)"; else exit $$rc; fi
+
 pytest: install
 	$(PY) -m pytest -q
 
@@ -69,7 +90,7 @@ conformance-quick: install
 docs: $(VENV)/.deps
 	$(VENV)/bin/mkdocs build --strict --quiet
 
-test: selftest selftest-asan pytest conformance-quick docs
+test: selftest selftest-asan selftest-opencl selftest-cuda pytest conformance-quick docs
 
 bench: install
 	$(PY) bench/launch_overhead.py

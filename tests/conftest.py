@@ -10,6 +10,8 @@ os.environ["OAR_REFCPU_STRICT"] = "1"
 # The bundled OpenCL plugin stays out of discovery, so every test sees the same plugins whether
 # or not OpenCL is installed; tests/test_opencl_*.py load it explicitly (and test discovery).
 os.environ.setdefault("OAR_OPENCL_DISABLE", "1")
+# Likewise the bundled CUDA plugin (tests/test_cuda_plugin.py loads it explicitly).
+os.environ.setdefault("OAR_CUDA_DISABLE", "1")
 
 
 @pytest.fixture(scope="module")

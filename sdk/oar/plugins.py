@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["refcpu_path", "opencl_path", "opencl_library", "opencl_driver_registered"]
+__all__ = ["refcpu_path", "opencl_path", "opencl_library", "opencl_driver_registered", "cuda_path", "cuda_library"]
 
 _PLUGINS = Path(__file__).resolve().parent / "_plugins"
 
@@ -44,3 +44,50 @@ def opencl_path() -> str | None:
     if os.environ.get("OAR_OPENCL_DISABLE", "") == "1" or not opencl_driver_registered():
         return None
     return opencl_library()
+
+
+def cuda_library() -> str | None:
+    """``oar/_plugins/liboar_cuda.so`` if this installation built the CUDA reference plugin
+    (it needs a CUDA toolkit at build time), else None."""
+    path = _PLUGINS / "liboar_cuda.so"
+    return str(path) if path.is_file() else None
+
+
+def _nvidia_wheel_lib_dirs() -> list[str]:
+    """The lib directories of installed nvidia-* wheels (nvidia-cuda-nvrtc, nvidia-cublas, ...)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return []
+    dirs = []
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for lib in sorted(Path(root).glob("*/lib")) + sorted(Path(root).glob("*/*/lib")):
+            if any(lib.glob("libnvrtc.so*")) or any(lib.glob("libcublas.so*")):
+                dirs.append(str(lib))
+    return dirs
+
+
+def cuda_path() -> str | None:
+    """The entry point of the CUDA reference plugin: its path, or None (not offered, no
+    record, no warning) when it was not built, no CUDA driver is installed
+    (``libcuda.so.1`` does not load), or ``OAR_CUDA_DISABLE=1``. (A driver without a GPU
+    is a failed plugin with the reason, as any other.) Points ``OAR_CUDA_LIB_DIRS`` at the
+    nvidia-* wheels' libraries (NVRTC, cuBLAS) when it is unset."""
+    if os.environ.get("OAR_CUDA_DISABLE", "") == "1":
+        return None
+    path = cuda_library()
+    if path is None:
+        return None
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    if "OAR_CUDA_LIB_DIRS" not in os.environ:
+        dirs = _nvidia_wheel_lib_dirs()
+        if dirs:
+            os.environ["OAR_CUDA_LIB_DIRS"] = os.pathsep.join(dirs)
+    return path
