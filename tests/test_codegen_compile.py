@@ -321,7 +321,8 @@ def test_vendor_targets_come_from_entry_points(monkeypatch):
 def test_opencl_and_cuda_targets_render_every_kernel_kind():
     def fn(x, w):
         y = F.rms_norm(x * 2.0, 16, w)
-        return oar.softmax(y, dim=-1), oar.sum(x * x * 3.0, dim=[0]), oar.exp(x) + 1.0
+        return (oar.softmax(y, dim=-1), oar.sum(x * x * 3.0, dim=[0]), oar.exp(x) + 1.0,
+                oar.cast(x * 2.0, dtype=oar.bfloat16), oar.cast(x * 3.0, dtype=oar.float16))
 
     recorder = Recorder()
     observing(recorder, fn, _rand(8, 16), _rand(16, seed=9))
@@ -402,3 +403,39 @@ def test_cross_entropy_forward_and_backward_fuse(reduction):
     _, explanation = _check_compiled(step, x, t, rtol=1e-5, atol=1e-6)
     fused_ops = [op for _, ops in explanation.kernels for op in ops]
     assert "cross_entropy" in fused_ops and "cross_entropy_backward" in fused_ops, str(explanation)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_types_round_once_on_store_bit_exact_with_eager(dtype):
+    values = np.concatenate([np.random.default_rng(12).standard_normal(4000) * 1e3,
+                             np.geomspace(1e-9, 7e4, 2000), -np.geomspace(1e-9, 7e4, 2000),
+                             [np.nan, np.inf, -np.inf, 0.0, -0.0, 65504.0, 65519.0, 65520.0, 6e-8, 3e-8]])
+    x = oar.tensor(values.astype(np.float32).reshape(2, -1))
+
+    def fn(x):
+        return oar.cast(x * 1.0, dtype=getattr(oar, dtype))
+
+    compiled = oar.compile(fn)
+    expected = fn(x).numpy()
+    compiled(x)
+    got = compiled(x).numpy()
+    np.testing.assert_array_equal(got.view(np.uint16), expected.view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_types_compute_in_float32(dtype):
+    half = getattr(oar, dtype)
+    x = oar.cast(_rand(16, 96), dtype=half)
+    w = oar.cast(_rand(96, seed=13), dtype=half)
+
+    def fn(x, w):
+        return F.rms_norm(x * 2.0, 96, w), oar.softmax(x, dim=-1) * 3.0
+
+    tolerance = dict(rtol=1e-2, atol=1e-2) if dtype == "bfloat16" else dict(rtol=2e-3, atol=2e-3)
+    explanation = oar.compile.explain(fn, x, w)
+    assert len(explanation.kernels) == 2, str(explanation)
+    compiled = oar.compile(fn)
+    expected = [t.numpy().astype(np.float32) for t in fn(x, w)]
+    compiled(x, w)
+    for e, g in zip(expected, compiled(x, w)):
+        np.testing.assert_allclose(g.numpy().astype(np.float32), e, **tolerance)

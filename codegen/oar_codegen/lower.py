@@ -25,7 +25,7 @@ from oar_codegen.trace import Launch, Ref
 
 __all__ = ["Domain", "LoweringRefused", "domain_of", "access_of", "lower", "FUSABLE_OPS"]
 
-FLOAT = "float32"
+FLOATS = {"float32", "float16", "bfloat16"}  # computed in float32; the half types stored rounded once
 
 
 class LoweringRefused(Exception):
@@ -129,8 +129,9 @@ def domain_of(launch: Launch) -> Domain:
     for k, ref in enumerate(launch.inputs + launch.outputs):
         if op in _CROSS_ENTROPY and k == len(launch.inputs) - 1 and ref.dtype in _INDEX_TYPES:
             continue  # the target: class indices
-        if ref.dtype != FLOAT and not (ref.dtype == "bool" and op in _BOOL_OK):
-            raise LoweringRefused(f"{op} on {ref.dtype} (fusion handles float32, and bool conditions)")
+        if ref.dtype not in FLOATS and not (ref.dtype == "bool" and op in _BOOL_OK):
+            raise LoweringRefused(f"{op} on {ref.dtype} (fusion handles float32, float16 and bfloat16, "
+                                  "and bool conditions)")
     if not launch.fresh and (op != "copy" or not _dense(launch.outputs[0])):
         raise LoweringRefused(f"{op} writes into a strided view of an existing tensor")
     if any(math.prod(ref.shape) == 0 for ref in launch.inputs + launch.outputs):
@@ -258,7 +259,7 @@ def _elementwise(b: ExprBuilder, op: str, attrs: dict, ins: list, out_dtype: str
         return ins[0]
     if op == "cast":
         x = ins[0]
-        if x.dtype == "bool" and out_dtype == FLOAT:
+        if x.dtype == "bool" and out_dtype in FLOATS:
             return b.call("float_of", x)
         if x.dtype == "float" and out_dtype == "bool":
             return b.call("ne", x, b.const(0.0), dtype="bool")

@@ -23,6 +23,8 @@ from oar_codegen.ir import COLUMN_SUM, TOTAL_SUM, Expr
 __all__ = ["KernelModel", "model_of", "float_literal"]
 
 _INDEX_CTYPES = {"int32": "int32_t", "int64": "int64_t"}
+_HALF_LOADS = {"float16": "oar_f16_to_float", "bfloat16": "oar_bf16_to_float"}
+_HALF_STORES = {"float16": "oar_float_to_f16", "bfloat16": "oar_float_to_bf16"}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
           "gt": ">", "ge": ">=", "logical_and": "&&", "logical_or": "||"}
 
@@ -85,6 +87,8 @@ class _Writer:
         address = f"b{buffer}[{' + '.join(parts) or '0'}]"
         if dtype == "bool":
             return f"({address} != 0)"
+        if dtype in _HALF_LOADS:
+            return f"{_HALF_LOADS[dtype]}({address})"
         return f"(float){address}" if dtype in _INDEX_CTYPES else address
 
     def expression(self, e: Expr, lines: list[str], local: dict, index: str) -> str:
@@ -147,6 +151,8 @@ class _Writer:
         address = f"b{store.buffer}[{' + '.join(parts) or '0'}]"
         if store.dtype == "bool":
             return f"{address} = (unsigned char)({value} != 0);"
+        if store.dtype in _HALF_STORES:
+            return f"{address} = {_HALF_STORES[store.dtype]}({value});"
         return f"{address} = {value};"
 
 
@@ -284,8 +290,11 @@ def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
 
 
 def _buffers(spec: KernelSpec) -> list[dict]:
-    return [{"index": i, "ctype": "unsigned char" if d == "bool" else _INDEX_CTYPES.get(d, "float")}
-            for i, d in enumerate(spec.buffer_dtypes)]
+    def ctype(dtype: str) -> str:
+        if dtype == "bool":
+            return "unsigned char"
+        return "uint16_t" if dtype in _HALF_LOADS else _INDEX_CTYPES.get(dtype, "float")
+    return [{"index": i, "ctype": ctype(d)} for i, d in enumerate(spec.buffer_dtypes)]
 
 
 def _col_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
