@@ -139,7 +139,7 @@ def expected_status(test, plugin: Plugin) -> str:
     The rules are the suite's own: a test skips when an entry it requires is not provided, a
     capability it needs is not claimed or it needs more devices (the worker checks this metadata),
     ``abi.optional.<entry>`` skips when the entry is absent, ``abi.sticky.*`` when there is no
-    fault op; an op test passes when the plugin has the kernel and reports ``fallback`` otherwise
+    fault op, ``collectives.*`` without the whole collectives group; an op test passes when the plugin has the kernel and reports ``fallback`` otherwise
     (a gradient case always falls back: the backward runs other ops); everything else passes,
     because the generated implementation does what the header says. A wrong guess between pass,
     fallback and skip is a DIFFERENCE in a run, never a failure.
@@ -157,6 +157,10 @@ def expected_status(test, plugin: Plugin) -> str:
         return "pass" if all(entry in plugin.entries for entry in wanted) else "skip"
     if parts[0] == "abi" and parts[1] == "sticky" and not plugin.fault_op:
         return "skip"
+    if parts[0] == "collectives":  # the level skips every case unless the whole group is provided
+        from oar_conformance.levels.collectives import COLLECTIVE_ENTRIES
+
+        return "pass" if all(entry in plugin.entries for entry in COLLECTIVE_ENTRIES) else "skip"
     if parts[0] == "ops":
         # ops.<op>.<dtype>[.<case>]; a gradient case also runs the op's backward formula, made of
         # other ops, and the scaffold has kernels for none of those
