@@ -439,3 +439,14 @@ def test_half_types_compute_in_float32(dtype):
     compiled(x, w)
     for e, g in zip(expected, compiled(x, w)):
         np.testing.assert_allclose(g.numpy().astype(np.float32), e, **tolerance)
+
+
+def test_large_outputs_are_streamed_and_right():
+    x, w = _rand(1024, 1100), _rand(1100, seed=14)  # > 2^20 elements: the c target streams the stores
+
+    def rms(x, w):
+        return x * oar.rsqrt((x * x).mean(dim=-1, keepdim=True) + 1e-6) * w
+
+    compiled, _ = _check_compiled(rms, x, w, calls=2)
+    source = next(iter(compiled._entries.values()))[0].executable.kernels
+    assert any("oar_stream_f32(&b" in k.source for k in source.values())

@@ -23,6 +23,9 @@ from oar_codegen.ir import COLUMN_SUM, TOTAL_SUM, Expr
 __all__ = ["KernelModel", "model_of", "float_literal"]
 
 _INDEX_CTYPES = {"int32": "int32_t", "int64": "int64_t"}
+# Outputs of at least this many elements (4 MiB of float32, more than a core's cache) may be
+# written around the cache: reading their lines first (write-allocate) would cost a third more traffic.
+_STREAM_MIN_ELEMENTS = 1 << 20
 _HALF_LOADS = {"float16": "oar_f16_to_float", "bfloat16": "oar_bf16_to_float"}
 _HALF_STORES = {"float16": "oar_float_to_f16", "bfloat16": "oar_float_to_bf16"}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
@@ -44,6 +47,9 @@ class Loop:
     body: list[str]
     reductions: list[dict] = field(default_factory=list)   # {var, kind, value}
     stores: list[str] = field(default_factory=list)
+    # large dense float32 outputs a target may write with streaming (non-temporal) stores:
+    # {n, index, value, row_base}: element c of the row is at b<index>[row_base + c]
+    streamed: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -260,9 +266,17 @@ def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
     for s in spec.stores:
         if once_per_row(s) and not after_rows(s):
             row_stores.append(w.store(s, w.expression(s.value, [], {}, index), index))
+    stream = spec.kind in ("row", "flat") and spec.rows * spec.cols >= _STREAM_MIN_ELEMENTS
     for s in spec.stores:
         if not once_per_row(s) and not after_rows(s):
-            final.stores.append(w.store(s, w.expression(s.value, final.body, local, index), index))
+            value = w.expression(s.value, final.body, local, index)
+            final.stores.append(w.store(s, value, index))
+            if stream and s.dtype == "float32" and s.access.col_stride == 1:
+                base = [str(s.access.offset)] + ([f"r * {s.access.row_stride}"] if s.access.row_stride else [])
+                final.streamed.append({"n": len(final.streamed), "index": s.buffer, "value": value,
+                                       "row_base": " + ".join(base)})
+    if len(final.streamed) != len(final.stores):
+        final.streamed = []  # all or nothing: the streamed form replaces the loop's stores
     scratch = len(spec.buffer_dtypes)  # the executor appends the scratch buffer last
     for slot, (total, var) in enumerate(running_updates):
         row_stores.append(f"b{scratch}[{slot} * rows + r] = {w.expression(total.args[0], [], {}, index)};")
