@@ -98,6 +98,7 @@ bench: install
 	$(PY) bench/memcpy_bandwidth.py
 	$(PY) bench/matmul_gflops.py
 	$(PY) bench/train_step.py
+	$(PY) bench/compiled.py
 
 clean:
 	rm -rf build $(VENV)
