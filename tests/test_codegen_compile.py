@@ -450,3 +450,15 @@ def test_large_outputs_are_streamed_and_right():
     compiled, _ = _check_compiled(rms, x, w, calls=2)
     source = next(iter(compiled._entries.values()))[0].executable.kernels
     assert any("oar_stream_f32(&b" in k.source for k in source.values())
+
+
+def test_fusion_never_makes_a_cycle_through_a_library_kernel():
+    def fn(x, w):
+        a = oar.exp(x * 0.1)          # group A
+        b = a @ w                     # reads A: A closes, the matmul runs after it
+        return (a.sum(dim=[-1], keepdim=True) + b.sum(dim=[-1], keepdim=True)) * 2.0  # needs A and b
+
+    x, w = _rand(8, 16), _rand(16, 16, seed=15)
+    _, explanation = _check_compiled(fn, x, w)
+    order = [ops for _, ops in explanation.kernels]
+    assert order[0] == ["mul", "exp"], order  # the exp group did not swallow what needs the matmul

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import oar
 from oar import _C
 from oar.devices import resolve
 from oar.streams import stream_of_device_name
@@ -13,7 +14,7 @@ from oar.streams import stream_of_device_name
 from oar_codegen import kernel_cache
 from oar_codegen.fusion import EagerUnit, FusedUnit, Plan
 from oar_codegen.render import model_of
-from oar_codegen.targets import CompileRequest, Target
+from oar_codegen.targets import CompileRequest, Target, device_properties
 from oar_codegen.trace import HOST_READ, Trace
 
 __all__ = ["BuiltKernel", "Executable", "build", "run_eagerly"]
@@ -80,17 +81,10 @@ def run_eagerly(seen: list) -> None:
             _C._launch_now(op, ins, outs, attrs)
 
 
-def _properties(plugin, device: int) -> dict:
-    properties = dict(plugin.get_properties(device))
-    from oar_codegen.targets import _cpu_identity
-    properties["host_cpu"] = _cpu_identity()
-    return properties
-
-
 def build(trace: Trace, plan: Plan, target: Target, cache: kernel_cache.KernelCache | None = None) -> Executable:
     """Render, compile (or fetch from the kernel cache) and load every fused kernel of a plan."""
     plugin, dev = resolve(trace.device)
-    properties = _properties(plugin, dev.index)
+    properties = device_properties(plugin, dev.index)
     cache = cache or kernel_cache.default_cache()
     identity = f"{plugin.device_type}:{plugin.version}:{properties.get('name')}:{properties.get('driver_version')}"
     kernels: dict[int, BuiltKernel] = {}
@@ -117,7 +111,6 @@ def build(trace: Trace, plan: Plan, target: Target, cache: kernel_cache.KernelCa
                     for stage in model.stages]
         scratch = None
         if model.totals:  # per-row values of each sum over all rows, from the first stage to the second
-            import oar
             scratch = oar.empty([len(model.totals) * spec.rows], dtype=oar.float32, device=trace.device)
         kernels[i] = BuiltKernel(spec.name, source, launches, list(spec.buffer_slots), hit,
                                  time.perf_counter() - started, scratch)

@@ -24,7 +24,8 @@ import jinja2
 
 from oar_codegen.render import KernelModel
 
-__all__ = ["Target", "CompileRequest", "builtin_targets", "registered_targets", "target_for", "ENTRY_POINT_GROUP"]
+__all__ = ["Target", "CompileRequest", "builtin_targets", "device_properties", "registered_targets", "register_target",
+           "target_for", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "oar.codegen_targets"
 _HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -105,6 +106,13 @@ def _cpu_identity() -> str:
     except OSError:
         lines = []
     return platform.machine() + ":" + hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
+
+
+def device_properties(plugin: Any, device: int) -> dict:
+    """The device's properties as the plugin reports them, plus "host_cpu" (for -march=native)."""
+    properties = dict(plugin.get_properties(device))
+    properties["host_cpu"] = _cpu_identity()
+    return properties
 
 
 def builtin_targets() -> list[Target]:
