@@ -5,8 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 DEVICE ?= npu
-BUILD_DEPS := 'scikit-build-core>=0.10' 'pybind11>=2.13' 'scipy-openblas32==0.3.34.481.3' 'pyyaml>=6' 'jinja2>=3.1'
-RUN_DEPS := 'numpy>=1.26' 'ml_dtypes>=0.4' 'cffi>=1.16' 'click>=8.1' 'rich>=13' 'safetensors>=0.4' 'platformdirs>=3' 'pytest>=8' 'hypothesis>=6' 'torch==2.13.0' 'mkdocs>=1.6' 'check-jsonschema>=0.28'
+# Every pin lives in pyproject.toml: build requirements, dependencies, and the test/bench/docs groups.
+DEPS = $(shell $(PYTHON) .ci/pyproject_deps.py test bench docs)
 SOURCES := $(shell git ls-files 2>/dev/null | grep -E '\.(c|h|cl|cpp|hpp|py|txt|toml|yaml|j2|json|md|npz)$$|CMakeLists')
 SELFTEST_DIR := build/selftest
 ASAN_DIR := build/selftest-asan
@@ -16,11 +16,10 @@ ASAN_DIR := build/selftest-asan
 sysdeps:
 	@bash .ci/sysdeps.sh
 
-# The Makefile too: it names the dev dependencies beside pyproject's.
-$(VENV)/.deps: pyproject.toml Makefile | sysdeps
+$(VENV)/.deps: pyproject.toml .ci/pyproject_deps.py | sysdeps
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(BUILD_DEPS) $(RUN_DEPS)
+	$(PIP) install -q $(DEPS)
 	touch $@
 
 # Non-editable install into the venv; build/ keeps CMake's objects between runs.
