@@ -97,14 +97,11 @@ def table_fields() -> list[str]:
 
 
 def required_entries() -> list[str]:
-    """Entries the header marks ``Requirement: REQUIRED``, in ABI order."""
-    text = header_path().read_text()
-    table = text[text.index("typedef struct oar_device_table"):text.index("} oar_device_table;")]
-    required = []
-    for block in re.finditer(r"/\*(.*?)\*/\s*(?:const char\*|oar_status)\s*\(\*(\w+)\)", table, re.S):
-        if "Requirement: REQUIRED" in block.group(1):
-            required.append(block.group(2))
-    return required
+    """Entries the header marks ``Requirement: REQUIRED``, in ABI order (read by oar.abi_doc, the
+    one parser of the header's doc comments)."""
+    from oar import abi_doc
+
+    return [entry.name for entry in abi_doc.entries(header_path().read_text()) if entry.required]
 
 
 class RawPlugin:
