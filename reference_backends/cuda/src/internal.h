@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "oar/device_api.h"
+#include "tensor.h"
 
 #if defined(__GNUC__)
 #define CU_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -88,16 +89,6 @@ std::shared_ptr<void> cu_handle_remove(cu_handle_kind kind, uint64_t handle);
 void cu_handle_clear(cu_handle_kind kind);
 
 /* ---- streams (stream.cpp) ---------------------------------------------------------------- */
-
-/* What a device kernel of the library reports when it finds a bad index: one per stream,
-   in device memory, cleared when a synchronize has reported it. */
-struct cu_device_status {
-  int32_t code;      /* 0, or the oar_status of the failed work */
-  int32_t op;        /* the failing op: an index into cu_index_check_names (kernels.cpp) */
-  int64_t value;     /* the offending index */
-  int64_t element;   /* its position in the index tensor, row-major */
-  int64_t limit;     /* the valid range is [0, limit) */
-};
 
 struct cu_cublas; /* a cuBLAS handle bound to one stream (matmul.cpp) */
 

@@ -11,10 +11,11 @@
 #include "ops.h"
 #include "cu_op_table.inc"
 
-/* The index checks a device kernel can report (cu_device_status::op): "op tensor". */
+/* The index checks a device kernel can report (cu_device_status::op, enum cu_index_check): "op tensor". */
 const char* const cu_index_check_names[] = {"embedding indices", "index_select indices", "gather indices",
                                             "scatter indices", "scatter_add indices", "index_add indices",
-                                            "one_hot indices", "cross_entropy target"};
+                                            "one_hot indices", "cross_entropy target",
+                                            "cross_entropy_backward target"};
 const int cu_index_check_count = (int)(sizeof cu_index_check_names / sizeof *cu_index_check_names);
 
 namespace {
@@ -303,6 +304,23 @@ unsigned grid_for(int64_t count) {
 }
 
 void expect_status(cu_launch* L) { L->stream->checked.store(true); }
+
+cu_scratch::~cu_scratch() {
+  for (void* block : blocks) cudaFreeAsync(block, stream);
+}
+
+oar_status cu_scratch::take(const cu_launch* L, size_t bytes, char** out) {
+  void* block = nullptr;
+  cudaError_t error = cudaMallocAsync(&block, bytes ? bytes : 1, stream);
+  if (error != cudaSuccess) {
+    char call[128];
+    snprintf(call, sizeof call, "kernel_launch: %s: cudaMallocAsync of %zu scratch bytes", L->op->name, bytes);
+    return cu_fail_cuda(error, call);
+  }
+  blocks.push_back(block);
+  *out = (char*)block;
+  return OAR_SUCCESS;
+}
 
 oar_status cu_kernel_query(int32_t device, const char* op_name, const oar_dl_data_type* dtypes, size_t num_dtypes,
                            oar_kernel* kernel) {

@@ -7,7 +7,6 @@
 
 #include <cstdio>
 #include <string>
-#include <vector>
 
 #include "ops.h"
 
@@ -77,26 +76,6 @@ cu_tensor compact_like(const cu_tensor& t, char* data) {
   return c;
 }
 
-/* Scratch memory on the stream, freed in stream order when the launch's work is done. */
-struct scratch {
-  cudaStream_t stream;
-  std::vector<void*> blocks;
-  ~scratch() {
-    for (void* block : blocks) cudaFreeAsync(block, stream);
-  }
-  oar_status take(const cu_launch* L, size_t bytes, char** out) {
-    void* block = nullptr;
-    cudaError_t error = cudaMallocAsync(&block, bytes ? bytes : 1, stream);
-    if (error != cudaSuccess) {
-      char call[96];
-      snprintf(call, sizeof call, "kernel_launch: %s: cudaMallocAsync of %zu scratch bytes", L->op->name, bytes);
-      return cu_fail_cuda(error, call);
-    }
-    blocks.push_back(block);
-    *out = (char*)block;
-    return OAR_SUCCESS;
-  }
-};
 }  // namespace
 
 struct cu_cublas {
@@ -146,7 +125,7 @@ static oar_status run_gemm(cu_launch* L) {
     s->cublas = new cu_cublas{handle};
   }
   size_t elem = out.dtype == DTYPE_F64 ? 8 : 4;
-  scratch temp{s->stream, {}};
+  cu_scratch temp(s->stream);
   oar_status status = OAR_SUCCESS;
   cu_tensor ca = a, cb = b, cc = out;
   if (!compact(a) && ((status = temp.take(L, a.numel * elem, &ca.data)) != OAR_SUCCESS ||

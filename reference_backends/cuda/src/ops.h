@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "internal.h"
 #include "tensor.h"
@@ -108,6 +109,34 @@ unsigned grid_for(int64_t count);
 void expect_status(cu_launch* L);
 /* dst = src elementwise (same shape, any strides and dtypes), on L's stream. */
 oar_status cu_copy_tensor(cu_launch* L, const cu_tensor& dst, const cu_tensor& src);
+/* Stream-ordered scratch memory of one launch (cudaMallocAsync), freed in stream order
+   (cudaFreeAsync) when it goes out of scope, i.e. after the launch's work is enqueued. */
+struct cu_scratch {
+  explicit cu_scratch(cudaStream_t s) : stream(s) {}
+  ~cu_scratch();
+  cu_scratch(const cu_scratch&) = delete;
+  cu_scratch& operator=(const cu_scratch&) = delete;
+  /* bytes (at least 1) into *out, or the CUDA error naming L's op */
+  oar_status take(const cu_launch* L, size_t bytes, char** out);
+  cudaStream_t stream;
+  std::vector<void*> blocks;
+};
+
+/* The index checks a device kernel may report (cu_device_status::op), in the order of
+   cu_index_check_names (kernels.cpp). */
+enum cu_index_check {
+  CHECK_EMBEDDING, CHECK_INDEX_SELECT, CHECK_GATHER, CHECK_SCATTER, CHECK_SCATTER_ADD, CHECK_INDEX_ADD,
+  CHECK_ONE_HOT, CHECK_CROSS_ENTROPY, CHECK_CROSS_ENTROPY_BACKWARD
+};
+/* Enqueues the check of every value of indices against [0, limit) (a value equal to ignore
+   passes when has_ignore: cross_entropy's ignore_index) on L's stream. The first failing
+   element (row-major) becomes the stream's status (INVALID_ARGUMENT naming the op, the value
+   and the range) unless an earlier failure is pending, and the launch's kernels, which test
+   launch_failed(status) (index_check.cuh), then write nothing. Call it before the launch's
+   first kernel that writes, even for empty indices (it resets the launch's flag). */
+oar_status check_indices(cu_launch* L, cu_index_check which, const cu_tensor& indices, int64_t limit,
+                         bool has_ignore = false, int64_t ignore = 0);
+
 /* Whether cuBLAS can be loaded (matmul.cpp); *why says why not. */
 bool cu_cublas_available(std::string* why);
 

@@ -25,4 +25,19 @@ struct cu_tensor {
   int64_t numel;
 };
 
+/* What failed work on a stream reports, in device memory: one block per stream, set by a
+   library kernel's index check or by the commit kernel that follows a collective, read and
+   cleared by the next synchronize (stream.cpp). */
+struct cu_device_status {
+  int32_t code;        /* 0, or the oar_status of the failed work */
+  int32_t op;          /* index checks: an index into cu_index_check_names (kernels.cpp);
+                          collectives: CU_STATUS_COLLECTIVE + the collective (collectives.cpp) */
+  int64_t value;       /* the offending index; collectives: the rank */
+  int64_t element;     /* its position in the index tensor, row-major; collectives: nranks */
+  int64_t limit;       /* the valid range is [0, limit); collectives: the timeout in ms */
+  uint64_t first_bad;  /* the launch being checked: its smallest failing element, or CU_NO_BAD_INDEX */
+};
+#define CU_NO_BAD_INDEX 0xFFFFFFFFFFFFFFFFull
+#define CU_STATUS_COLLECTIVE 1000
+
 #endif /* OAR_CUDA_TENSOR_H_ */
