@@ -462,3 +462,24 @@ def test_fusion_never_makes_a_cycle_through_a_library_kernel():
     _, explanation = _check_compiled(fn, x, w)
     order = [ops for _, ops in explanation.kernels]
     assert order[0] == ["mul", "exp"], order  # the exp group did not swallow what needs the matmul
+
+
+def test_keeping_a_fused_away_value_only_on_some_calls_is_reported():
+    kept = []
+    calls = [0]
+
+    def fn(x):
+        calls[0] += 1
+        hidden = x * 2.0
+        if calls[0] == 4:
+            kept.append(hidden)  # not kept when traced: fused away, never written
+        return (hidden + 1.0).sum(dim=[-1])
+
+    compiled = oar.compile(fn)
+    x = _rand(4, 8)
+    for _ in range(3):
+        compiled(x)
+    with pytest.warns(RuntimeWarning, match="fused away"):
+        compiled(x)
+    compiled(x)  # traced again
+    assert compiled.stats.traces == 2, compiled.stats
