@@ -20,17 +20,18 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from oar import _C
 
 from oar_codegen import executor
-from oar_codegen.fusion import EagerUnit, FusedUnit, plan_trace
+from oar_codegen.fusion import plan_trace
+from oar_codegen.replay import Entry, Replay
 from oar_codegen.targets import target_for
-from oar_codegen.trace import HOST_READ, Recorder, Trace, observing, signature_of
+from oar_codegen.trace import Recorder, Trace, observing
 
-__all__ = ["CompiledFunction", "CompileStats", "compile", "explain", "Explanation"]
+__all__ = ["CompiledFunction", "CompiledModule", "CompileStats", "compile"]
 
 
 @dataclass
@@ -41,14 +42,6 @@ class CompileStats:
     kernels_built: int = 0
     cache_hits: int = 0
     compile_seconds: float = 0.0
-
-
-@dataclass
-class _Entry:
-    trace: Trace
-    executable: executor.Executable | None
-    reason: str = ""            # why there is no executable
-    misses: int = 0             # replays in a row that another trace of the signature took
 
 
 def _tensor_key(value: Any) -> Any:
@@ -65,140 +58,6 @@ def _tensor_key(value: Any) -> Any:
     return ("object", id(value))
 
 
-class _Replay:
-    """The launch observer of a replaying call: matches launches against candidate traces, takes
-    them, and runs each unit of the plan as soon as the launches it covers have all been seen (so
-    the device works while Python goes on), once one candidate is left."""
-
-    def __init__(self, entries: list[_Entry]):
-        self.alive = [(entry, {}, {}) for entry in entries]
-        self.seen: list[tuple] = []
-        self.recorder: Recorder | None = None
-        self.units_run = 0
-        self.covered: set[int] = set()   # launches (positions in seen) whose unit has run
-        self.replayed: _Entry | None = None
-
-    def _bind(self, binding: dict, reverse: dict, launch, tensors) -> bool:
-        for ref, t in zip(launch.inputs + launch.outputs, tensors):
-            ptr = t._storage_ptr()
-            have = binding.get(ref.slot)
-            if have is not None:
-                if have != ptr:
-                    return False
-                continue
-            if not ref.wrapped:
-                if ptr in reverse:
-                    return False
-                reverse[ptr] = ref.slot
-            binding[ref.slot] = ptr
-        return True
-
-    def _match(self, signature: tuple, tensors: tuple) -> bool:
-        position = len(self.seen) - 1
-        survivors = []
-        for entry, binding, reverse in self.alive:
-            launches = entry.trace.launches
-            if position < len(launches) and launches[position].signature == signature and \
-                    self._bind(binding, reverse, launches[position], tensors):
-                survivors.append((entry, binding, reverse))
-        self.alive = survivors
-        return bool(survivors)
-
-    def _run_ready(self) -> None:
-        """Run the units whose launches have all been seen (only once a single candidate is left)."""
-        if len(self.alive) != 1 or self.alive[0][0].executable is None:
-            return
-        entry, binding, _ = self.alive[0]
-        executable = entry.executable
-        seen = len(self.seen)
-        while self.units_run < len(executable.unit_last) and executable.unit_last[self.units_run] < seen:
-            executable.run_units(self.units_run, self.units_run + 1, binding, self.seen)
-            self.covered.update(executable.unit_launches[self.units_run])
-            self.units_run += 1
-
-    def _run_uncovered(self, upto: int) -> None:
-        executor.run_eagerly([entry for i, entry in enumerate(self.seen[:upto]) if i not in self.covered])
-
-    def _diverge(self, current_runs_itself: bool = True) -> None:
-        """Stop replaying: run what was taken and not yet run, one launch at a time as it was made,
-        and trace the rest of the call (current_runs_itself: the launch being observed is let
-        through, not run here)."""
-        self._run_uncovered(len(self.seen) - 1 if current_runs_itself else len(self.seen))
-        recorder = Recorder()
-        for op, ins, outs, attrs, fresh in self.seen:
-            if op == HOST_READ:
-                recorder.before_host_read(ins[0])
-            else:
-                recorder.add(op, ins, outs, attrs, fresh)
-        self.recorder = recorder
-
-    def __call__(self, op: str, inputs, outputs, attrs: dict, fresh: bool) -> bool:
-        if self.recorder is not None:
-            return self.recorder(op, inputs, outputs, attrs, fresh)
-        self.seen.append((op, inputs, outputs, attrs, fresh))
-        if self._match(signature_of(op, inputs, outputs, attrs, fresh), inputs + outputs):
-            self._run_ready()
-            return True
-        self._diverge()
-        return False
-
-    def before_host_read(self, tensor) -> None:
-        if self.recorder is not None:
-            self.recorder.before_host_read(tensor)
-            return
-        self.seen.append((HOST_READ, (tensor,), (), {}, True))
-        signature = (HOST_READ, (tensor.shape, tensor.strides, tensor.storage_offset(), tensor.dtype.name,
-                                 tensor._wrapped_number))
-        if not self._match(signature, (tensor,)) or self.alive[0][0].executable is None:
-            self._diverge(current_runs_itself=False)
-            return
-        self.alive = self.alive[:1]   # the units before this barrier run now: commit to one plan
-        self._run_ready()
-
-    def abandon(self) -> None:
-        """The function raised: run what was taken so the state is what eager execution leaves."""
-        if self.recorder is None:
-            self._run_uncovered(len(self.seen))
-
-    def observable_now(self) -> set[int]:
-        """Fresh slots (of the matched trace) that the caller still references."""
-        entry, binding, _ = self.alive[0]
-        by_ptr = {ptr: slot for slot, ptr in binding.items() if entry.trace.slot_kinds[slot] == "fresh"}
-        holds: dict[int, int] = collections.Counter()
-        sample: dict[int, Any] = {}
-        for _, ins, outs, _, _ in self.seen:
-            for t in ins + outs:
-                slot = by_ptr.get(t._storage_ptr())
-                if slot is not None:
-                    holds[slot] += 1
-                    sample.setdefault(slot, t)
-        return {slot for slot, t in sample.items() if t._storage_use_count() > holds[slot]}
-
-    def finish(self) -> str | Trace:
-        """Run the rest of the plan, or say why not: returns "replayed", or a new trace."""
-        if self.recorder is not None:
-            return self.recorder.finish()
-        self.alive = [c for c in self.alive if len(c[0].trace.launches) == len(self.seen)][:1]
-        if self.alive and self.alive[0][0].executable is not None:
-            entry, binding, _ = self.alive[0]
-            unwritten = self.observable_now() - entry.executable.stored_slots()
-            if unwritten and self.units_run:
-                # Units ran before the call returned: values this call keeps (the trace did not)
-                # were never written. Say so; the next call traces again.
-                warnings.warn(f"oar.compile: this call kept {len(unwritten)} tensor(s) made inside the compiled "
-                              "function that the traced call did not keep; their values were fused away and are "
-                              "unspecified. Return them (or keep them on every call) so they are written.",
-                              RuntimeWarning, stacklevel=3)
-                entry.executable = None
-            if not unwritten or self.units_run:
-                self._run_ready()
-                self.replayed = entry
-                self.seen = []
-                return "replayed"
-        self._diverge(current_runs_itself=False)
-        return self.recorder.finish()
-
-
 class CompiledFunction:
     """fn compiled: call it like fn. ``stats`` counts traces, replays and builds."""
 
@@ -207,37 +66,37 @@ class CompiledFunction:
         self.max_traces = max_traces
         self.max_signatures = max_signatures
         self.stats = CompileStats()
-        self._entries: collections.OrderedDict[Any, list[_Entry]] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[Any, list[Entry]] = collections.OrderedDict()
         self._lock = threading.RLock()
         functools.update_wrapper(self, fn)
 
     def _signature(self, args, kwargs) -> Any:
         return (_tensor_key(args), _tensor_key(kwargs))
 
-    def _plan(self, trace: Trace) -> _Entry:
+    def _plan(self, trace: Trace) -> Entry:
         if not trace.device:
-            return _Entry(trace, None, "the call used several devices (or none)")
+            return Entry(trace, None, "the call used several devices (or none)")
         started = time.perf_counter()
         from oar.devices import resolve
         plugin, dev = resolve(trace.device)
         target = target_for(plugin, dev.index)
         if target is None:
-            return _Entry(trace, None, f"no codegen target compiles for {trace.device}")
+            return Entry(trace, None, f"no codegen target compiles for {trace.device}")
         plan = plan_trace(trace)
         if not plan.fused:
-            return _Entry(trace, None, "nothing in it fuses")
+            return Entry(trace, None, "nothing in it fuses")
         try:
             built = executor.build(trace, plan, target)
         except Exception as error:  # the call already ran eagerly; later ones will too
             warnings.warn(f"oar.compile: building the kernels of {getattr(self.fn, '__qualname__', self.fn)} "
                           f"for {trace.device} failed, it runs eagerly: {error}", RuntimeWarning, stacklevel=3)
-            return _Entry(trace, None, f"building its kernels failed: {error}")
+            return Entry(trace, None, f"building its kernels failed: {error}")
         self.stats.compile_seconds += time.perf_counter() - started
         self.stats.kernels_built += sum(not k.cache_hit for k in built.kernels.values())
         self.stats.cache_hits += sum(k.cache_hit for k in built.kernels.values())
-        return _Entry(trace, built)
+        return Entry(trace, built)
 
-    def _remember(self, signature: Any, entry: _Entry) -> None:
+    def _remember(self, signature: Any, entry: Entry) -> None:
         entries = self._entries.setdefault(signature, [])
         entries.insert(0, entry)
         del entries[self.max_traces:]
@@ -245,7 +104,7 @@ class CompiledFunction:
         while len(self._entries) > self.max_signatures:
             self._entries.popitem(last=False)
 
-    def _note_replayed(self, signature: Any, used: _Entry) -> None:
+    def _note_replayed(self, signature: Any, used: Entry) -> None:
         """Traces another trace keeps winning over are dropped (an optimizer's first step, which
         made its state): with one candidate left, units run while the function still runs."""
         with self._lock:
@@ -271,7 +130,7 @@ class CompiledFunction:
             with self._lock:
                 self._remember(signature, entry)
             return result
-        replay = _Replay([e for e in entries if e.executable is not None] or entries[:1])
+        replay = Replay([e for e in entries if e.executable is not None] or entries[:1])
         try:
             result = observing(replay, self.fn, *args, **kwargs)
         except BaseException:
@@ -342,46 +201,3 @@ class _BackwardCompiler:
     def run(self, pairs, retain_graph: bool) -> None:
         self.armed.value = False
         self.compiled(list(pairs), retain_graph)
-
-
-@dataclass
-class Explanation:
-    """What compiling fn on these arguments gives: fused kernels, launches left to the plugin's
-    kernels with why, host reads that split the plan, or why nothing compiles."""
-    launches: int
-    kernels: list[tuple[str, list[str]]] = field(default_factory=list)   # (kernel name, fused ops)
-    eager: list[tuple[str, str]] = field(default_factory=list)           # (op, why)
-    host_reads: int = 0
-    reason: str = ""
-
-    def __str__(self) -> str:
-        lines = [f"{self.launches} launches -> {len(self.kernels)} fused kernels, {len(self.eager)} plugin kernels, "
-                 f"{self.host_reads} host reads (each splits the plan)"]
-        if self.reason:
-            lines.append(f"not compiled: {self.reason}")
-        for name, ops in self.kernels:
-            lines.append(f"  fused {name}: {' -> '.join(ops)}")
-        reasons = collections.Counter(self.eager)
-        for (op, why), count in reasons.most_common():
-            lines.append(f"  eager {op} x{count}: {why}")
-        return "\n".join(lines)
-
-
-def explain(fn: Callable, *args, **kwargs) -> Explanation:
-    """Run fn(*args, **kwargs) once eagerly, traced, and say what compiling it would do."""
-    target_fn = fn.fn if isinstance(fn, CompiledFunction) else fn
-    recorder = Recorder()
-    observing(recorder, target_fn, *args, **kwargs)
-    trace = recorder.finish()
-    launches = [l for l in trace.launches if l.op != HOST_READ]
-    result = Explanation(len(launches), host_reads=len(trace.launches) - len(launches))
-    if not trace.device:
-        result.reason = "the call used several devices (or none)"
-        return result
-    plan = plan_trace(trace)
-    for unit in plan.units:
-        if isinstance(unit, FusedUnit):
-            result.kernels.append((unit.kernel.name, [trace.launches[i].op for i in unit.members]))
-        elif isinstance(unit, EagerUnit):
-            result.eager.append((trace.launches[unit.launch].op, unit.reason))
-    return result

@@ -8,12 +8,12 @@ touch is held until the call ends, so the caching allocator never hands one
 storage to two values of the same call. A host read of device memory (``numpy()``,
 ``item()``) is recorded as a barrier.
 
-Replaying runs the function again under an observer that matches each launch
-against the trace and takes it instead of running it; the compiled plan then
-runs the taken launches, fused, when the function returns (or at a barrier).
-A launch that does not match (the function took another path) ends the replay:
-the taken launches run one by one as they were made, and the rest of the call
-is traced afresh.
+Replaying (:mod:`oar_codegen.compiled`) runs the function again under an
+observer that matches each launch against the trace and takes it instead of
+running it; each unit of the compiled plan runs once all its launches were
+seen. A launch that does not match (the function took another path) ends the
+replay: the taken launches not yet run go one by one as they were made, and
+the rest of the call is traced afresh.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from oar import _C
 
-__all__ = ["Ref", "Launch", "Trace", "Recorder", "HOST_READ", "signature_of"]
+__all__ = ["Ref", "Launch", "Trace", "Recorder", "HOST_READ", "host_read_signature", "signature_of", "observing"]
 
 HOST_READ = "host_read"  # the pseudo-launch of a host read: a barrier
 
@@ -72,6 +72,11 @@ def _operand_key(t) -> tuple:
     return (t.shape, t.strides, t.storage_offset(), t.dtype.name, t._wrapped_number)
 
 
+def host_read_signature(tensor) -> tuple:
+    """What must be equal for a host read to replay a traced one."""
+    return (HOST_READ, _operand_key(tensor))
+
+
 def signature_of(op: str, inputs, outputs, attrs: dict, fresh: bool) -> tuple:
     """What must be equal for a launch to replay a traced one (storages are matched separately)."""
     return (op, tuple(sorted((k, _freeze(v)) for k, v in attrs.items())),
@@ -116,7 +121,7 @@ class Recorder:
 
     def before_host_read(self, tensor) -> None:
         self.launches.append(Launch(HOST_READ, {}, (self.ref(tensor, "external"),), (), True,
-                                    (HOST_READ, _operand_key(tensor))))
+                                    host_read_signature(tensor)))
 
     def finish(self) -> Trace:
         """The trace, once the call returned: which fresh storages are still referenced elsewhere."""
