@@ -80,10 +80,10 @@ def _timed_torch(fn) -> float:
 
 
 def train_step_figures(oar, dev, repeats: int, report) -> None:
-    from train_step import torch_twin
+    from train_step import torch_train_step
 
     from oar.models import data
-    from oar.models.llama import Llama, LlamaConfig, init_weights
+    from oar.models.llama import Llama, LlamaConfig
 
     cfg = LlamaConfig(vocab_size=256, d_model=256, n_layers=4, n_heads=4, max_seq_len=128, seed=0)
     batch, seq = 8, 128
@@ -104,15 +104,7 @@ def train_step_figures(oar, dev, repeats: int, report) -> None:
     eager = oar_step_of(eager_model, oar.optim.AdamW(eager_model.parameters(), lr=lr, betas=betas, weight_decay=wd))
     compiled = oar.compile(oar_step_of(compiled_model, oar.optim.AdamW(compiled_model.parameters(), lr=lr,
                                                                           betas=betas, weight_decay=wd)))
-    twin = torch_twin(cfg, init_weights(cfg))
-    topt = torch.optim.AdamW(twin.parameters(), lr=lr, betas=betas, weight_decay=wd)
-    tx, ty = torch.from_numpy(x_np), torch.from_numpy(y_np)
-
-    def torch_step():
-        topt.zero_grad()
-        loss = twin.loss(tx, ty)
-        loss.backward()
-        topt.step()
+    torch_step = torch_train_step(cfg, x_np, y_np, lr, betas, wd)
 
     def timed_oar(step):
         def run():

@@ -111,6 +111,24 @@ def torch_twin(cfg, weights: dict[str, np.ndarray]) -> TorchLlama:
 # ---- the benchmark -------------------------------------------------------------------
 
 
+def torch_train_step(cfg, x_np, y_np, lr: float, betas, weight_decay: float):
+    """The PyTorch twin's training step (zero_grad, loss, backward, AdamW) from the weights
+    oar.models.llama.init_weights gives; returns the loss."""
+    from oar.models.llama import init_weights
+
+    twin = torch_twin(cfg, init_weights(cfg))
+    optimizer = torch.optim.AdamW(twin.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+    tx, ty = torch.from_numpy(x_np), torch.from_numpy(y_np)
+
+    def step():
+        optimizer.zero_grad()
+        loss = twin.loss(tx, ty)
+        loss.backward()
+        optimizer.step()
+        return loss
+    return step
+
+
 def _timed(step) -> float:
     start = time.perf_counter()
     step()
@@ -122,7 +140,7 @@ def main() -> int:
 
     import oar
     from oar.models import data
-    from oar.models.llama import Llama, LlamaConfig, init_weights
+    from oar.models.llama import Llama, LlamaConfig
 
     args = parse_args(__doc__.splitlines()[0])
     dev = select_device(args)
@@ -139,9 +157,7 @@ def main() -> int:
     opt = oar.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=wd)
     x, y = oar.tensor(x_np, device=dev), oar.tensor(y_np, device=dev)
 
-    twin = torch_twin(cfg, init_weights(cfg))
-    topt = torch.optim.AdamW(twin.parameters(), lr=lr, betas=betas, weight_decay=wd)
-    tx, ty = torch.from_numpy(x_np), torch.from_numpy(y_np)
+    torch_step = torch_train_step(cfg, x_np, y_np, lr, betas, wd)
 
     def oar_step():
         opt.zero_grad()
@@ -149,13 +165,6 @@ def main() -> int:
         loss.backward()
         opt.step()
         oar.synchronize(dev)
-        return loss
-
-    def torch_step():
-        topt.zero_grad()
-        loss = twin.loss(tx, ty)
-        loss.backward()
-        topt.step()
         return loss
 
     # step 0 from the same weights: the losses agree

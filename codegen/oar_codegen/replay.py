@@ -24,7 +24,6 @@ class Entry:
     misses: int = 0             # replays in a row that another trace of the signature took
 
 
-
 class Replay:
     """The launch observer of a replaying call: matches launches against candidate traces, takes
     them, and runs each unit of the plan as soon as the launches it covers have all been seen (so
