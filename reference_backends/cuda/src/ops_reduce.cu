@@ -4,6 +4,7 @@
  * accumulate in double, integer sums in int64 (wrapping). */
 #include <cmath>
 
+#include "block_reduce.cuh"
 #include "device.cuh"
 #include "ops.h"
 
@@ -18,45 +19,6 @@ struct red_geom {
   int64_t rshape[CU_MAX_DIMS], rstride[CU_MAX_DIMS], rstride_out[CU_MAX_DIMS];
   int64_t kcount, rcount;
 };
-
-__device__ inline int64_t split_offset(int n, const int64_t* shape, const int64_t* stride, int64_t i) {
-  int64_t offset = 0;
-  for (int d = n - 1; d >= 0; d--) {
-    offset += (i % shape[d]) * stride[d];
-    i /= shape[d];
-  }
-  return offset;
-}
-
-__device__ inline double block_sum(double v, double* shared) {
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if ((int)threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
-    __syncthreads();
-  }
-  double total = shared[0];
-  __syncthreads();
-  return total;
-}
-
-/* max (or min) with NaN propagating */
-__device__ inline double pick(double a, double b, bool is_max) {
-  if (a != a || b != b) return a != a ? a : b;
-  return is_max ? (a > b ? a : b) : (a < b ? a : b);
-}
-
-__device__ inline double block_pick(double v, double* shared, bool is_max) {
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if ((int)threadIdx.x < half) shared[threadIdx.x] = pick(shared[threadIdx.x], shared[threadIdx.x + half], is_max);
-    __syncthreads();
-  }
-  double result = shared[0];
-  __syncthreads();
-  return result;
-}
 
 /* argmax order: NaN counts as largest, then the first (smallest index) wins */
 __device__ inline bool better(double v, int64_t i, double w, int64_t j) {
