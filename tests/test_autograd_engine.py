@@ -260,3 +260,20 @@ def test_views_and_indexing_route_gradients_like_torch(dev):
         theirs = torch.tensor(x, requires_grad=True)
         f(theirs).backward(torch.tensor(w))
         np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-12)
+
+
+def test_post_accumulate_grad_hooks_fire_once_with_the_final_gradient_during_backward(dev):
+    a = t([1.0, 2.0], dev, requires_grad=True)
+    b = t([3.0, 4.0], dev, requires_grad=True)
+    seen = []
+    hook_of_a = a.register_post_accumulate_grad_hook(lambda leaf: seen.append(("a", leaf.grad.numpy().tolist())))
+    b.register_post_accumulate_grad_hook(lambda leaf: seen.append(("b", leaf.grad.numpy().tolist())))
+    y = (a * b + a * a).sum()  # a is used twice: its hook fires once, after both contributions
+    y.backward()
+    assert sorted(seen) == [("a", [5.0, 8.0]), ("b", [1.0, 2.0])]
+    hook_of_a()  # removed: only b's fires now
+    seen.clear()
+    (a * b).sum().backward()
+    assert seen == [("b", [2.0, 4.0])]
+    with pytest.raises(RuntimeError, match="leaf"):
+        (a * 2.0).register_post_accumulate_grad_hook(print)

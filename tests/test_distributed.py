@@ -234,6 +234,8 @@ assert len(ddp._buckets) > 1
 loss_of(ddp, x_all[local], y_all[local]).backward()
 worst = max(float(np.max(np.abs(p.grad.numpy() - expected[name]))) for name, p in model.named_parameters())
 assert worst < 1e-5, worst
+# every bucket started reducing while backward still ran (each parameter gets a gradient here)
+assert ddp.overlapped_buckets == len(ddp._buckets), (ddp.overlapped_buckets, len(ddp._buckets))
 
 # a few SGD steps stay equal to the single-process run
 opt = oar.optim.SGD(model.parameters(), lr=0.1)

@@ -311,6 +311,13 @@ class Tensor(_C.TensorBase):
         _C._copy_into(self, 0)
         return self
 
+    def register_post_accumulate_grad_hook(self, hook) -> Any:
+        """Call ``hook(self)`` after backward stored this leaf's gradient into ``.grad`` for good
+        (as torch's); returns a function that removes it."""
+        from oar.autograd.engine import register_post_accumulate_grad_hook
+
+        return register_post_accumulate_grad_hook(self, hook)
+
     def add_(self, other: Any, alpha: Any = 1) -> "Tensor":
         _C._check_inplace(self, other, "add_")
         _C._copy_into(self, self + (other if alpha == 1 else other * alpha))

@@ -22,7 +22,8 @@ from oar.autograd.grad_mode import _set_enabled, is_grad_enabled
 from oar.autograd.helpers import TensorMeta
 from oar.autograd.schema import OpSpec, ops_schema
 
-__all__ = ["Node", "record", "run_backward", "backward", "grad", "retain_grad", "register_post_backward_hook"]
+__all__ = ["Node", "record", "run_backward", "backward", "grad", "retain_grad", "register_post_backward_hook",
+           "register_post_accumulate_grad_hook"]
 
 _sequence = itertools.count()
 
@@ -389,8 +390,10 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
                 capture_nodes[(id(t.grad_fn), t.grad_fn.output_index(t))] = i
     captured: list[Any] = [None] * (len(capture) if capture is not None else 0)
 
-    # dependencies: how many reachable consumers send a gradient to each node
+    # dependencies: how many reachable consumers send a gradient to each node, and to each leaf
+    # (a leaf's gradient is final, stored and announced, once its count reaches zero)
     dependencies: dict[int, int] = {}
+    leaf_dependencies: dict[int, int] = {}
     stack = list({id(n): n for n in start}.values())
     seen = {id(n) for n in stack}
     while stack:
@@ -405,6 +408,8 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
                     seen.add(id(child))
                     nodes[id(child)] = child
                     stack.append(child)
+            elif target is not None:
+                leaf_dependencies[id(target[1])] = leaf_dependencies.get(id(target[1]), 0) + 1
 
     ready = [(-n._seq, id(n)) for n in {id(n): n for n in start}.values() if dependencies.get(id(n), 0) == 0]
     heapq.heapify(ready)
@@ -439,8 +444,13 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
                     dependencies[id(child)] -= 1
                     if dependencies[id(child)] == 0:
                         heapq.heappush(ready, (-child._seq, id(child)))
-                elif g is not None:
-                    _accumulate_leaf(leaf_buffers, target[1], g)
+                else:
+                    leaf = target[1]
+                    if g is not None:
+                        _accumulate_leaf(leaf_buffers, leaf, g)
+                    leaf_dependencies[id(leaf)] -= 1
+                    if leaf_dependencies[id(leaf)] == 0 and capture is None and id(leaf) in leaf_buffers:
+                        _store_leaf_grad(*leaf_buffers.pop(id(leaf)))  # final: stored now, hooks told
             if not retain_graph:
                 node.saved = {}
                 node._versions = []
@@ -468,7 +478,8 @@ def _accumulate_leaf(buffers: dict, leaf, g) -> None:
 
 
 def _store_leaf_grad(leaf, g) -> None:
-    """leaf.grad += g; a first gradient is copied so .grad never aliases another tensor."""
+    """leaf.grad += g; a first gradient is copied so .grad never aliases another tensor. Then the
+    leaf's post-accumulate-grad hooks run (DistributedDataParallel starts reducing from them)."""
     if leaf.grad is None:
         leaf.grad = rt.op_function("copy")(g)
     else:
@@ -477,6 +488,20 @@ def _store_leaf_grad(leaf, g) -> None:
             raise RuntimeError(f"cannot accumulate a gradient of shape {list(g.shape)} into .grad of shape "
                                f"{list(current.shape)}")
         current.add_(g)
+    for hook in list(getattr(leaf, "_post_accumulate_grad_hooks", {}).values()):
+        hook(leaf)
+
+
+def register_post_accumulate_grad_hook(leaf, hook) -> Any:
+    """Call ``hook(leaf)`` each time backward has stored this leaf's gradient into ``.grad`` for
+    good (during backward, as soon as nothing more flows into it). Returns a function that
+    removes the hook."""
+    if not rt.is_tensor(leaf) or not leaf.requires_grad or leaf.grad_fn is not None:
+        raise RuntimeError("post-accumulate-grad hooks go on leaf tensors that require grad")
+    hooks = leaf.__dict__.setdefault("_post_accumulate_grad_hooks", {})
+    key = next(_hook_ids)
+    hooks[key] = hook
+    return lambda: hooks.pop(key, None)
 
 
 def _root_pairs(tensors, grad_tensors) -> list[tuple[Any, Any]]:
