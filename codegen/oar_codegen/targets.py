@@ -63,10 +63,14 @@ def host_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
 
 
 def gpu_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
-    """GPU: one thread per row (or chunk); blocks of 128 threads."""
-    threads = min(_work_units(model), 1 << 20)
-    block = min(128, threads)
-    return math.ceil(threads / block), block
+    """GPU: one thread per element (flat kernels, up to 4 Mi threads), per column (col) or per
+    row (row); blocks of 128 threads."""
+    if model.kind == "flat":
+        threads = min(model.cols, 1 << 22)
+    else:
+        threads = model.cols if model.kind == "col" else model.rows
+    block = min(128, max(threads, 1))
+    return math.ceil(max(threads, 1) / block), block
 
 
 @dataclass(frozen=True)
