@@ -5,7 +5,7 @@
 
 namespace {
 std::mutex lock;
-std::unordered_map<uint64_t, std::shared_ptr<void>> tables[CU_FUNCTION + 1];
+std::unordered_map<uint64_t, std::shared_ptr<void>> tables[CU_COMM + 1];
 uint64_t next_id = 1;
 }  // namespace
 

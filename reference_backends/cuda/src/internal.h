@@ -82,7 +82,7 @@ void cu_memory_release_all(void);
 
 /* Every handle the plugin hands out is a number (never reused), mapped to a shared object;
    a destroyed, stale or foreign handle misses the map without being dereferenced. */
-enum cu_handle_kind { CU_STREAM = 1, CU_EVENT, CU_KERNEL, CU_MODULE, CU_FUNCTION };
+enum cu_handle_kind { CU_STREAM = 1, CU_EVENT, CU_KERNEL, CU_MODULE, CU_FUNCTION, CU_COMM };
 uint64_t cu_handle_add(cu_handle_kind kind, std::shared_ptr<void> object);
 std::shared_ptr<void> cu_handle_get(cu_handle_kind kind, uint64_t handle);
 std::shared_ptr<void> cu_handle_remove(cu_handle_kind kind, uint64_t handle);

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "collectives.h"
 #include "entries.h"
 #include "internal.h"
 
@@ -88,11 +89,13 @@ static oar_status cu_init(void) {
 static oar_status cu_finalize(void) {
   std::lock_guard<std::mutex> guard(init_lock);
   if (!g_cu.initialized.load()) return OAR_SUCCESS;
+  cu_collectives_release_all(); /* aborts communicators the host left, so no NCCL kernel waits for a peer */
   for (int d = 0; d < g_cu.device_count; d++) {
     cudaSetDevice(d);
     cudaDeviceSynchronize();
   }
   /* objects the host left behind: functions before their modules, events before streams */
+  cu_handle_clear(CU_COMM);
   cu_handle_clear(CU_FUNCTION);
   cu_handle_clear(CU_MODULE);
   cu_handle_clear(CU_KERNEL);
@@ -230,12 +233,27 @@ static oar_device_table make_table() {
   t.module_unload = cu_module_unload;
   t.module_get_function = cu_module_get_function;
   t.launch = cu_module_launch;
-  /* Collectives (get_unique_id .. group_end) stay NULL: no NCCL headers where this
-     plugin was written; the host runs collectives host-staged (see README.md). */
+  /* The collectives (get_unique_id .. group_end) are filled in by oar_plugin_init where NCCL loads. */
   return t;
 }
 
-static const oar_device_table cu_table = make_table();
+static oar_device_table cu_table = make_table();
+static std::once_flag collectives_once;
+
+/* Collectives through NCCL where libnccl loads, else left NULL (the host runs them
+   host-staged); decided once per process and logged either way. */
+static void decide_collectives() {
+  std::string why;
+  char message[640];
+  if (cu_collectives_available(&why)) {
+    cu_collectives_fill(&cu_table);
+    snprintf(message, sizeof message, "cuda plugin: collectives through NCCL");
+    if (host_log) host_log(host_log_data, OAR_LOG_INFO, message);
+  } else {
+    snprintf(message, sizeof message, "cuda plugin: no collectives (the host runs them host-staged): %s", why.c_str());
+    if (host_log) host_log(host_log_data, OAR_LOG_WARNING, message);
+  }
+}
 
 extern "C" OAR_PLUGIN_EXPORT oar_status oar_plugin_init(oar_plugin_params* params) {
   if (!params || params->struct_size < offsetof(oar_plugin_params, capabilities) + sizeof(uint64_t))
@@ -249,6 +267,7 @@ extern "C" OAR_PLUGIN_EXPORT oar_status oar_plugin_init(oar_plugin_params* param
             params->host_abi_major, params->host_abi_minor, OAR_ABI_VERSION_MAJOR, OAR_ABI_VERSION_MINOR);
     return log_failure(OAR_ERROR_NOT_SUPPORTED);
   }
+  std::call_once(collectives_once, decide_collectives);
   params->table = &cu_table;
   params->device_type = "cuda";
   params->plugin_version = OAR_CUDA_PLUGIN_VERSION;

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives.h"
 #include "entries.h"
 #include "internal.h"
 
@@ -72,6 +73,7 @@ oar_status sync_stream(const char* entry, cu_stream* s) {
 }  // namespace
 
 std::string cu_status_message(const cu_device_status& status) {
+  if (status.op >= CU_STATUS_COLLECTIVE) return cu_collective_status_message(status);
   const char* what = status.op >= 0 && status.op < cu_index_check_count ? cu_index_check_names[status.op] : "?";
   char text[256];
   snprintf(text, sizeof text, "kernel_launch: %s: index %" PRId64 " (element %" PRId64 " of the %s) is outside [0, %" PRId64 ")",

@@ -30,7 +30,8 @@
  * device:
  *   - a bad index found by a library kernel (embedding, gather, scatter,
  *     scatter_add, index_select, index_add, one_hot, cross_entropy's target)
- *     writes nothing and sets the stream's status block; the next
+ *     writes nothing (out keeps its contents) and sets the stream's status
+ *     block (the first failure wins until a synchronize reports it); the next
  *     stream_synchronize / device_synchronize returns
  *     OAR_ERROR_INVALID_ARGUMENT once, naming the op, the value, its element
  *     and the range; an event recorded after it returns it from
@@ -89,17 +90,56 @@
  * (libcublas.so.13 / .12); without it matmul / bmm answer
  * OAR_ERROR_NOT_SUPPORTED at kernel_query (the host falls back).
  *
+ * nn and index ops (same semantics as oar/refcpu.h): conv2d and its
+ * gradients are direct kernels (no cuBLAS), pooling gradients gather per input
+ * element, norms / losses / conv sum in double and round once; index values
+ * (and cross_entropy's target) are checked by a kernel before the op's
+ * kernels run (see Streams and events). scatter_add and index_add add with
+ * atomics: float sums in an unspecified order; which duplicate scatter write
+ * wins is unspecified.
+ *
  * Collectives
  * -----------
- * Not provided (the table leaves get_unique_id .. group_end NULL): this
- * plugin was built without NCCL. The host runs collectives host-staged.
+ * Through NCCL (2.18 or later), loaded at oar_plugin_init: libnccl.so.2 from
+ * OAR_CUDA_LIB_DIRS, then the nvidia/nccl/lib sibling of a .../nvidia/<x>/lib
+ * directory named there (the nvidia-nccl-cu* wheel), then the system's
+ * library path. Where it does not load, the table leaves get_unique_id ..
+ * group_end NULL (the host runs collectives host-staged) and the plugin logs
+ * why (OAR_LOG_WARNING); where it does, it logs OAR_LOG_INFO.
+ *   - The unique id is NCCL's (rank 0's bootstrap address, a random magic);
+ *     its last 16 bytes carry "OARCUDA1" and a checksum, so comm_init_rank
+ *     refuses ids not made by get_unique_id (INVALID_ARGUMENT). The address is
+ *     NCCL's choice (NCCL_SOCKET_IFNAME, NCCL_COMM_ID apply).
+ *   - comm_init_rank: a non-blocking ncclCommInitRankConfig polled with
+ *     ncclCommGetAsyncError (sleeping 0.1..10 ms) until it is done or
+ *     timeout_ms passes: then ncclCommAbort and OAR_ERROR_TIMEOUT naming the
+ *     calling rank (NCCL does not say which ranks are missing).
+ *   - Data calls are issued as one NCCL group per call (group_end: per
+ *     group); all_to_all is grouped ncclSend / ncclRecv. dtypes: float32,
+ *     float16, bfloat16, float64, int32, int64, int8, uint8. When a group's
+ *     enqueue itself waits for peers (NCCL connects lazily), that wait is
+ *     bounded by the timeout too.
+ *   - Errors of the work: a watchdog thread looks every 20 ms (the detection
+ *     delay is at most 40 ms) at events around each call's work; work that
+ *     started (earlier work on its stream done) and has not finished within
+ *     the communicator's timeout, or an asynchronous NCCL error, fails the
+ *     communicator: OAR_ERROR_TIMEOUT / OAR_ERROR_DEVICE_LOST is written
+ *     where a kernel enqueued after each call reads it, NCCL is aborted, and
+ *     the stream's status carries the failure (naming the collective and the
+ *     rank) to the next synchronize, later event records and callbacks.
+ *     Later data calls on that communicator return it at once.
+ *   - comm_destroy waits for the communicator's work (bounded as above),
+ *     then ncclCommFinalize + ncclCommDestroy (ncclCommAbort if it broke or
+ *     finalizing does not finish within the timeout). finalize aborts the
+ *     communicators the host left.
+ *   - NCCL refuses two ranks of one communicator on one GPU.
  *
  * Environment
  * -----------
  *   CUDA_VISIBLE_DEVICES  the devices (CUDA's own)
  *   OAR_CUDA_LIB_DIRS     ':'-separated directories searched first for
- *                         libnvrtc / libcublas (oar.plugins sets it to the
- *                         nvidia-* wheels' lib directories when unset)
+ *                         libnvrtc / libcublas / libnccl (oar.plugins sets it
+ *                         to the nvidia-* wheels' lib directories when unset)
  *   OAR_CUDA_DISABLE=1    read by oar (oar.plugins.cuda_path): the bundled
  *                         plugin is not offered at all
  */
