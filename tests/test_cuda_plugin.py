@@ -5,15 +5,20 @@ kernel library's device header compiles with nvcc and its Philox matches the kno
 (on the host), and the entry point offers nothing when disabled. On a machine with a CUDA
 device, the plugin runs through oar's runtime as device "cuda": the runtime's memory,
 stream and tensor tests re-run on it, every implemented op of ops.yaml against
-oar.reference (the conformance ops level's cases), cuBLAS matmul on views, modules of lang
-"cuda" (NVRTC + cuLaunchKernel) and their errors. Without a device those tests skip with
-the plugin's reason ("no CUDA device: cudaGetDeviceCount returned ...")."""
+oar.reference (the conformance ops level's cases: the nn and index ops included), bad
+indices failing on the device at the next read, cuBLAS matmul on views, modules of lang
+"cuda" (NVRTC + cuLaunchKernel) and their errors, and the collectives through NCCL (the
+conformance collectives level's quick tier on 2 ranks). Without a device those tests skip
+with the plugin's reason ("no CUDA device: cudaGetDeviceCount returned ..."). That the
+plugin links neither NCCL nor cuBLAS nor NVRTC (they are loaded at run time) is checked
+without a device."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +79,16 @@ def test_the_kernel_library_header_compiles_and_philox_gives_the_known_answer(tm
     assert run.stdout.split() == ["6627e8d5", "e169c58d"]
 
 
+@needs_nvcc
+def test_the_plugin_links_neither_nccl_nor_cublas_nor_nvrtc():
+    """NCCL, cuBLAS and NVRTC are dlopen()ed at run time, so the plugin loads where they are absent."""
+    path = cuda_library()
+    assert path is not None
+    dynamic = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    needed = [line for line in dynamic.splitlines() if "(NEEDED)" in line]
+    assert needed and not any(name in line for line in needed for name in ("nccl", "cublas", "nvrtc")), needed
+
+
 def test_the_entry_point_offers_nothing_when_disabled(monkeypatch):
     monkeypatch.setenv("OAR_CUDA_DISABLE", "1")
     assert cuda_path() is None
@@ -104,6 +119,7 @@ def dev():
 
 # Tests that need no device (the rest, the imported runtime tests included, run on "cuda:0").
 _BUILD_TESTS = {"test_the_installed_plugin_exports_oar_plugin_init",
+                "test_the_plugin_links_neither_nccl_nor_cublas_nor_nvrtc",
                 "test_the_kernel_library_header_compiles_and_philox_gives_the_known_answer",
                 "test_the_entry_point_offers_nothing_when_disabled"}
 
@@ -213,3 +229,42 @@ def test_disabled_the_entry_point_leaves_it_out_of_discovery(dev, monkeypatch):
     assert cuda_path() is None
     monkeypatch.setenv("OAR_CUDA_DISABLE", "0")
     assert cuda_path() == cuda_library()
+
+
+@pytest.mark.parametrize("op", ["embedding", "gather", "index_select", "one_hot", "cross_entropy"])
+def test_a_bad_index_fails_on_the_device_at_the_next_read(dev, op):
+    weight = oar.tensor(np.arange(6, dtype=np.float32).reshape(3, 2))
+    if op == "embedding":
+        result = oar.embedding(weight, oar.tensor([[0, 7]]))
+    elif op == "gather":
+        result = oar.gather(weight, oar.tensor([[0, 5]]), dim=1)
+    elif op == "index_select":
+        result = oar.index_select(weight, oar.tensor([1, 9]), dim=0)
+    elif op == "one_hot":
+        result = oar.one_hot(oar.tensor([[0, 7]]), num_classes=3)
+    else:
+        result = oar.cross_entropy(weight, oar.tensor([0, 1, 2]))
+    with pytest.raises(oar.DeviceError) as error:
+        result.numpy()
+    assert error.value.status_name == "OAR_ERROR_INVALID_ARGUMENT"
+    message = error.value.plugin_message
+    assert op in message and "is outside [0, " in message, message
+    del result, error
+    assert weight.sum().item() == 15  # the stream works again
+
+
+def test_collectives_level_on_two_ranks(dev, tmp_path):
+    """The conformance collectives level's quick tier on 2 ranks through NCCL: bit-exact
+    sums, every collective, a rank that never joins (TIMEOUT naming it), a rank killed
+    mid-run. NCCL wants one GPU per rank of a communicator."""
+    conformance = Path(sys.executable).parent / "conformance"
+    report = tmp_path / "collectives.json"
+    run = subprocess.run([str(conformance), "run", "--device", "cuda", "--plugin", cuda_library(), "--level",
+                          "collectives", "--quick", "--jobs", "1", "--nranks", "2", "--no-progress", "--json",
+                          str(report)], capture_output=True, text=True, timeout=1800)
+    output = run.stdout + run.stderr
+    if "the plugin provides no collectives" in output:
+        pytest.skip("the CUDA plugin provides no collectives here (NCCL did not load; the plugin's log says why)")
+    if "Duplicate GPU" in output:
+        pytest.skip("NCCL refuses two ranks of one communicator on one GPU, and this machine has one")
+    assert run.returncode == 0, output[-6000:]
