@@ -54,7 +54,8 @@ def cuda_library() -> str | None:
 
 
 def _nvidia_wheel_lib_dirs() -> list[str]:
-    """The lib directories of installed nvidia-* wheels (nvidia-cuda-nvrtc, nvidia-cublas, ...)."""
+    """The lib directories of installed nvidia-* wheels (nvidia-cuda-nvrtc, nvidia-cublas,
+    nvidia-nccl-cu*) that hold a library the CUDA plugin opens."""
     import importlib.util
 
     try:
@@ -64,7 +65,7 @@ def _nvidia_wheel_lib_dirs() -> list[str]:
     dirs = []
     for root in (spec.submodule_search_locations or []) if spec else []:
         for lib in sorted(Path(root).glob("*/lib")) + sorted(Path(root).glob("*/*/lib")):
-            if any(lib.glob("libnvrtc.so*")) or any(lib.glob("libcublas.so*")):
+            if any(any(lib.glob(pattern)) for pattern in ("libnvrtc.so*", "libcublas.so*", "libnccl.so*")):
                 dirs.append(str(lib))
     return dirs
 
@@ -74,7 +75,7 @@ def cuda_path() -> str | None:
     record, no warning) when it was not built, no CUDA driver is installed
     (``libcuda.so.1`` does not load), or ``OAR_CUDA_DISABLE=1``. (A driver without a GPU
     is a failed plugin with the reason, as any other.) Points ``OAR_CUDA_LIB_DIRS`` at the
-    nvidia-* wheels' libraries (NVRTC, cuBLAS) when it is unset."""
+    nvidia-* wheels' libraries (NVRTC, cuBLAS, NCCL) when it is unset."""
     if os.environ.get("OAR_CUDA_DISABLE", "") == "1":
         return None
     path = cuda_library()
