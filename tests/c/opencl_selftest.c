@@ -11,56 +11,18 @@
 #include <oar/device_api.h>
 #include <oar/opencl.h>
 
+#include "selftest.h"
+
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* ---- harness ------------------------------------------------------------------------------ */
-
-static int passed, failed;
-static const oar_device_table* api;
-
-static const char* status_name(oar_status status) {
-  static const char* const names[] = {"SUCCESS",     "INVALID_ARGUMENT", "INVALID_HANDLE", "OUT_OF_MEMORY",
-                                      "NOT_SUPPORTED", "NOT_READY",      "TIMEOUT",        "DEVICE_LOST",
-                                      "INTERNAL",    "NOT_INITIALIZED"};
-  return status >= 0 && status <= 9 ? names[status] : "?";
-}
-
-static void check(bool ok, const char* file, int line, const char* format, ...) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  va_list args;
-  va_start(args, format);
-  fprintf(stderr, "FAIL %s:%d: ", file, line);
-  vfprintf(stderr, format, args);
-  fprintf(stderr, "\n");
-  va_end(args);
-}
-
-#define CHECK(condition) check((condition), __FILE__, __LINE__, "%s", #condition)
-
-static void expect(oar_status got, oar_status want, const char* needle, const char* file, int line, const char* text) {
-  const char* message = api ? api->get_last_error_message() : "";
-  if (got == want && want != OAR_SUCCESS && needle && !strstr(message, needle)) {
-    check(false, file, line, "%s: message does not mention '%s': \"%s\"", text, needle, message);
-    return;
-  }
-  check(got == want, file, line, "%s returned %s, expected %s (message: \"%s\")", text, status_name(got),
-        status_name(want), got ? message : "");
-}
-
-#define EXPECT_OK(call) expect((call), OAR_SUCCESS, NULL, __FILE__, __LINE__, #call)
-#define EXPECT_STATUS(call, status, needle) expect((call), (status), (needle), __FILE__, __LINE__, #call)
+/* ---- helpers ------------------------------------------------------------------------------ */
 
 static void sleep_ms(int ms) {
   struct timespec pause = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
@@ -561,8 +523,7 @@ int main(int argc, char** argv) {
   /* no OpenCL device here: skip rather than fail */
   oar_status status = api->init();
   if (status == OAR_ERROR_DEVICE_LOST) {
-    printf("skipped: %s\n0 passed, 0 failed\n", api->get_last_error_message());
-    return 77;
+    return selftest_skip("%s", api->get_last_error_message());
   }
   if (status == OAR_SUCCESS) api->finalize();
   test_init_and_devices(&params);
@@ -573,6 +534,5 @@ int main(int argc, char** argv) {
   test_kernels();
   test_modules();
   EXPECT_OK(api->finalize());
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return selftest_finish();
 }

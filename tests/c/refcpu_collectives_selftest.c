@@ -19,12 +19,13 @@
  */
 #include <oar/device_api.h>
 
+#include "selftest.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,31 +39,7 @@
 /* ======================================================================== */
 
 static const char* plugin_path;
-static const oar_device_table* api;
-static int rank_failures, rank_checks;
 static int my_rank = -1;
-
-static void check(bool ok, const char* file, int line, const char* format, ...) {
-  rank_checks++;
-  if (ok) return;
-  rank_failures++;
-  if (rank_failures > 20) return; /* one broken thing must not flood the log */
-  va_list args;
-  va_start(args, format);
-  fprintf(stderr, "FAIL rank %d %s:%d: ", my_rank, file, line);
-  vfprintf(stderr, format, args);
-  fprintf(stderr, "\n");
-  va_end(args);
-}
-
-#define CHECK(condition, ...) check((condition), __FILE__, __LINE__, __VA_ARGS__)
-#define CHECK_OK(call, what)                                                                      \
-  do {                                                                                            \
-    oar_status check_status_ = (call);                                                            \
-    CHECK(check_status_ == OAR_SUCCESS, "%s: status %d: %s", what, check_status_, last_error()); \
-  } while (0)
-
-static const char* last_error(void) { return api->get_last_error_message(); }
 
 static int64_t now_ms(void) {
   struct timespec now;
@@ -79,8 +56,6 @@ typedef struct ctx {
 } ctx;
 
 typedef void (*rank_fn)(ctx* c);
-
-static int scenarios_passed, scenarios_failed;
 
 static bool write_all(int fd, const void* data, size_t size) {
   const char* bytes = data;
@@ -136,6 +111,10 @@ static void load_plugin(void) {
 /* The body of a forked rank: never returns. */
 static void rank_main(int rank, int nranks, int* pipes, rank_fn fn) {
   my_rank = rank;
+  /* the rank counts its own checks (the parent counts scenarios) */
+  selftest_passed = selftest_failed = 0;
+  snprintf(selftest_fail_prefix, sizeof selftest_fail_prefix, "rank %d ", rank);
+  selftest_max_printed_failures = 20;
   alarm(60); /* the parent kills earlier; this is the last resort */
   load_plugin();
   ctx c = {.rank = rank, .nranks = nranks};
@@ -158,9 +137,10 @@ static void rank_main(int rank, int nranks, int* pipes, rank_fn fn) {
   if (api->stream_create(0, OAR_STREAM_DEFAULT, 0, &c.stream) != OAR_SUCCESS) exit(2);
   fn(&c);
   if (c.stream) api->stream_destroy(c.stream);
-  if (api->finalize() != OAR_SUCCESS) rank_failures++;
-  if (rank_failures) fprintf(stderr, "rank %d: %d of %d checks failed\n", rank, rank_failures, rank_checks);
-  exit(rank_failures ? 1 : 0);
+  if (api->finalize() != OAR_SUCCESS) selftest_count(false);
+  if (selftest_failed)
+    fprintf(stderr, "rank %d: %d of %d checks failed\n", rank, selftest_failed, selftest_passed + selftest_failed);
+  exit(selftest_failed ? 1 : 0);
 }
 
 /* Forks nranks ranks running fn under env (NAME=VALUE pairs, NULL-terminated)
@@ -216,8 +196,7 @@ static void run_ranks(const char* name, int nranks, const char* const* env, rank
     if (done < nranks) usleep(2000);
   }
   printf("%-58s %s (%lld ms)\n", name, ok ? "ok" : "FAILED", (long long)(now_ms() - started));
-  if (ok) scenarios_passed++;
-  else scenarios_failed++;
+  selftest_count(ok);
 }
 
 /* ======================================================================== */
@@ -329,16 +308,16 @@ typedef struct buffer {
 static buffer make_buffer(size_t bytes) {
   buffer b = {.bytes = bytes};
   b.host = calloc(1, bytes ? bytes : 1);
-  if (bytes) CHECK_OK(api->mem_alloc(0, bytes, &b.device), "mem_alloc");
+  if (bytes) EXPECT_OK(api->mem_alloc(0, bytes, &b.device));
   return b;
 }
 
 static void upload(buffer* b) {
-  if (b->bytes) CHECK_OK(api->memcpy_h2d(0, b->device, b->host, b->bytes), "memcpy_h2d");
+  if (b->bytes) EXPECT_OK(api->memcpy_h2d(0, b->device, b->host, b->bytes));
 }
 
 static void download(buffer* b) {
-  if (b->bytes) CHECK_OK(api->memcpy_d2h(0, b->host, b->device, b->bytes), "memcpy_d2h");
+  if (b->bytes) EXPECT_OK(api->memcpy_d2h(0, b->host, b->device, b->bytes));
 }
 
 static void free_buffer(buffer* b) {
@@ -349,13 +328,13 @@ static void free_buffer(buffer* b) {
 
 static bool init_comm(ctx* c, int64_t timeout_ms) {
   oar_status status = api->comm_init_rank(0, c->nranks, &c->id, c->rank, timeout_ms, &c->comm);
-  CHECK(status == OAR_SUCCESS, "comm_init_rank: status %d: %s", status, last_error());
+  CHECK_MSG(status == OAR_SUCCESS, "comm_init_rank: status %d: %s", status, last_error());
   return status == OAR_SUCCESS;
 }
 
 static void sync_stream(ctx* c, const char* what) {
   oar_status status = api->stream_synchronize(c->stream);
-  CHECK(status == OAR_SUCCESS, "%s: stream_synchronize: status %d: %s", what, status, last_error());
+  CHECK_MSG(status == OAR_SUCCESS, "%s: stream_synchronize: status %d: %s", what, status, last_error());
 }
 
 /* ======================================================================== */
@@ -374,7 +353,7 @@ static void test_all_reduce(ctx* c, dtype t, int op, size_t count, bool in_place
   void* out = in_place ? send.device : recv.device;
   oar_status status = rooted ? api->reduce(send.device, out, count, dl_types[t], op, root, c->comm, c->stream)
                              : api->all_reduce(send.device, out, count, dl_types[t], op, c->comm, c->stream);
-  CHECK(status == OAR_SUCCESS, "%s %s %s: status %d: %s", rooted ? "reduce" : "all_reduce", dtype_names[t],
+  CHECK_MSG(status == OAR_SUCCESS, "%s %s %s: status %d: %s", rooted ? "reduce" : "all_reduce", dtype_names[t],
         op_names[op], status, last_error());
   sync_stream(c, "all_reduce");
   if (!rooted || c->rank == root) {
@@ -383,7 +362,7 @@ static void test_all_reduce(ctx* c, dtype t, int op, size_t count, bool in_place
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < count; i++)
       if (!same_value(t, op, get(t, result->host, i), reduce_expected(t, op, c->nranks, i, salt)) && !bad++) first = i;
-    CHECK(bad == 0, "%s %s %s count %zu%s: %zu wrong, first [%zu] = %g, expected %g", rooted ? "reduce" : "all_reduce",
+    CHECK_MSG(bad == 0, "%s %s %s count %zu%s: %zu wrong, first [%zu] = %g, expected %g", rooted ? "reduce" : "all_reduce",
           dtype_names[t], op_names[op], count, in_place ? " in place" : "", bad, first,
           count ? get(t, result->host, first) : 0.0, count ? reduce_expected(t, op, c->nranks, first, salt) : 0.0);
   }
@@ -397,13 +376,13 @@ static void test_broadcast(ctx* c, dtype t, size_t count, int root, bool in_plac
   for (size_t i = 0; i < count; i++) put(t, send.host, i, value_of(c->rank, i, 3));
   upload(&send);
   void* out = in_place && c->rank == root ? send.device : recv.device;
-  CHECK_OK(api->broadcast(send.device, out, count, dl_types[t], root, c->comm, c->stream), "broadcast");
+  EXPECT_OK(api->broadcast(send.device, out, count, dl_types[t], root, c->comm, c->stream));
   sync_stream(c, "broadcast");
   buffer* result = in_place && c->rank == root ? &send : &recv;
   download(result);
   size_t bad = 0;
   for (size_t i = 0; i < count; i++) bad += get(t, result->host, i) != value_of(root, i, 3);
-  CHECK(bad == 0, "broadcast %s count %zu root %d: %zu wrong", dtype_names[t], count, root, bad);
+  CHECK_MSG(bad == 0, "broadcast %s count %zu root %d: %zu wrong", dtype_names[t], count, root, bad);
   free_buffer(&send);
   free_buffer(&recv);
 }
@@ -420,13 +399,13 @@ static void test_all_gather(ctx* c, dtype t, size_t count, bool in_place) {
   } else {
     upload(&send);
   }
-  CHECK_OK(api->all_gather(count ? in : NULL, recv.device, count, dl_types[t], c->comm, c->stream), "all_gather");
+  EXPECT_OK(api->all_gather(count ? in : NULL, recv.device, count, dl_types[t], c->comm, c->stream));
   sync_stream(c, "all_gather");
   download(&recv);
   size_t bad = 0;
   for (size_t r = 0; r < n; r++)
     for (size_t i = 0; i < count; i++) bad += get(t, recv.host, r * count + i) != value_of((int)r, i, 5);
-  CHECK(bad == 0, "all_gather %s count %zu%s: %zu wrong", dtype_names[t], count, in_place ? " in place" : "", bad);
+  CHECK_MSG(bad == 0, "all_gather %s count %zu%s: %zu wrong", dtype_names[t], count, in_place ? " in place" : "", bad);
   free_buffer(&send);
   free_buffer(&recv);
 }
@@ -438,8 +417,7 @@ static void test_reduce_scatter(ctx* c, dtype t, int op, size_t count, bool in_p
   for (size_t i = 0; i < n * count; i++) put(t, send.host, i, value_of(c->rank, i, salt));
   upload(&send);
   void* out = in_place ? (char*)send.device + (size_t)c->rank * count * es : recv.device;
-  CHECK_OK(api->reduce_scatter(send.device, count ? out : NULL, count, dl_types[t], op, c->comm, c->stream),
-           "reduce_scatter");
+  EXPECT_OK(api->reduce_scatter(send.device, count ? out : NULL, count, dl_types[t], op, c->comm, c->stream));
   sync_stream(c, "reduce_scatter");
   download(in_place ? &send : &recv);
   const char* result = in_place ? (const char*)send.host + (size_t)c->rank * count * es : (const char*)recv.host;
@@ -448,7 +426,7 @@ static void test_reduce_scatter(ctx* c, dtype t, int op, size_t count, bool in_p
     size_t global = (size_t)c->rank * count + i;
     bad += !same_value(t, op, get(t, result, i), reduce_expected(t, op, c->nranks, global, salt));
   }
-  CHECK(bad == 0, "reduce_scatter %s %s count %zu%s: %zu wrong", dtype_names[t], op_names[op], count,
+  CHECK_MSG(bad == 0, "reduce_scatter %s %s count %zu%s: %zu wrong", dtype_names[t], op_names[op], count,
         in_place ? " in place" : "", bad);
   free_buffer(&send);
   free_buffer(&recv);
@@ -460,14 +438,14 @@ static void test_all_to_all(ctx* c, dtype t, size_t count) {
   /* block j of rank r holds value_of(r, j * count + i) */
   for (size_t i = 0; i < n * count; i++) put(t, send.host, i, value_of(c->rank, i, 9));
   upload(&send);
-  CHECK_OK(api->all_to_all(send.device, recv.device, count, dl_types[t], c->comm, c->stream), "all_to_all");
+  EXPECT_OK(api->all_to_all(send.device, recv.device, count, dl_types[t], c->comm, c->stream));
   sync_stream(c, "all_to_all");
   download(&recv);
   size_t bad = 0;
   for (size_t from = 0; from < n; from++)
     for (size_t i = 0; i < count; i++)
       bad += get(t, recv.host, from * count + i) != value_of((int)from, (size_t)c->rank * count + i, 9);
-  CHECK(bad == 0, "all_to_all %s count %zu: %zu wrong", dtype_names[t], count, bad);
+  CHECK_MSG(bad == 0, "all_to_all %s count %zu: %zu wrong", dtype_names[t], count, bad);
   free_buffer(&send);
   free_buffer(&recv);
 }
@@ -484,18 +462,18 @@ static void test_send_recv_ring(ctx* c, dtype t, size_t count) {
     for (size_t i = 0; i < count; i++) put(t, out[k].host, i, value_of(c->rank, i, 20 + k));
     upload(&out[k]);
   }
-  CHECK_OK(api->group_start(), "group_start");
+  EXPECT_OK(api->group_start());
   for (int k = 0; k < 2; k++) {
-    CHECK_OK(api->recv(in[k].device, count, dl_types[t], previous, c->comm, c->stream), "recv");
-    CHECK_OK(api->send(out[k].device, count, dl_types[t], next, c->comm, c->stream), "send");
+    EXPECT_OK(api->recv(in[k].device, count, dl_types[t], previous, c->comm, c->stream));
+    EXPECT_OK(api->send(out[k].device, count, dl_types[t], next, c->comm, c->stream));
   }
-  CHECK_OK(api->group_end(), "group_end");
+  EXPECT_OK(api->group_end());
   sync_stream(c, "send/recv");
   for (int k = 0; k < 2; k++) {
     download(&in[k]);
     size_t bad = 0;
     for (size_t i = 0; i < count; i++) bad += get(t, in[k].host, i) != value_of(previous, i, 20 + k);
-    CHECK(bad == 0, "send/recv %s count %zu message %d: %zu wrong", dtype_names[t], count, k, bad);
+    CHECK_MSG(bad == 0, "send/recv %s count %zu message %d: %zu wrong", dtype_names[t], count, k, bad);
     free_buffer(&out[k]);
     free_buffer(&in[k]);
   }
@@ -535,11 +513,10 @@ static void matrix(ctx* c) {
   for (int i = 0; i < 4; i++) ((float*)data.host)[i] = (float)c->rank;
   if (c->rank == c->nranks - 1) ((float*)data.host)[2] = NAN;
   upload(&data);
-  CHECK_OK(api->all_reduce(data.device, data.device, 4, dl_types[F32], OAR_REDUCE_MAX, c->comm, c->stream),
-           "all_reduce max NaN");
+  EXPECT_OK(api->all_reduce(data.device, data.device, 4, dl_types[F32], OAR_REDUCE_MAX, c->comm, c->stream));
   sync_stream(c, "all_reduce max NaN");
   download(&data);
-  CHECK(isnan(((float*)data.host)[2]) && ((float*)data.host)[0] == (float)(c->nranks - 1),
+  CHECK_MSG(isnan(((float*)data.host)[2]) && ((float*)data.host)[0] == (float)(c->nranks - 1),
         "all_reduce max: NaN did not propagate");
   free_buffer(&data);
 
@@ -547,15 +524,14 @@ static void matrix(ctx* c) {
   buffer staged = make_buffer(256 * sizeof(int32_t));
   int32_t* values = staged.host;
   for (int i = 0; i < 256; i++) values[i] = c->rank + i;
-  CHECK_OK(api->memcpy_h2d_async(c->stream, staged.device, staged.host, staged.bytes), "memcpy_h2d_async");
-  CHECK_OK(api->all_reduce(staged.device, staged.device, 256, dl_types[I32], OAR_REDUCE_SUM, c->comm, c->stream),
-           "all_reduce");
+  EXPECT_OK(api->memcpy_h2d_async(c->stream, staged.device, staged.host, staged.bytes));
+  EXPECT_OK(api->all_reduce(staged.device, staged.device, 256, dl_types[I32], OAR_REDUCE_SUM, c->comm, c->stream));
   int32_t back[256];
-  CHECK_OK(api->memcpy_d2h_async(c->stream, back, staged.device, sizeof back), "memcpy_d2h_async");
+  EXPECT_OK(api->memcpy_d2h_async(c->stream, back, staged.device, sizeof back));
   sync_stream(c, "ordered");
   int bad = 0;
   for (int i = 0; i < 256; i++) bad += back[i] != c->nranks * i + c->nranks * (c->nranks - 1) / 2;
-  CHECK(bad == 0, "all_reduce is not ordered with the copies on its stream");
+  CHECK_MSG(bad == 0, "all_reduce is not ordered with the copies on its stream");
   free_buffer(&staged);
 
   /* a group of collectives */
@@ -563,19 +539,19 @@ static void matrix(ctx* c) {
   for (int i = 0; i < 64; i++) ((int64_t*)a.host)[i] = ((int64_t*)b.host)[i] = c->rank + 1;
   upload(&a);
   upload(&b);
-  CHECK_OK(api->group_start(), "group_start");
-  CHECK_OK(api->all_reduce(a.device, a.device, 64, dl_types[I64], OAR_REDUCE_SUM, c->comm, c->stream), "all_reduce");
-  CHECK_OK(api->all_reduce(b.device, b.device, 64, dl_types[I64], OAR_REDUCE_PROD, c->comm, c->stream), "all_reduce");
-  CHECK_OK(api->group_end(), "group_end");
+  EXPECT_OK(api->group_start());
+  EXPECT_OK(api->all_reduce(a.device, a.device, 64, dl_types[I64], OAR_REDUCE_SUM, c->comm, c->stream));
+  EXPECT_OK(api->all_reduce(b.device, b.device, 64, dl_types[I64], OAR_REDUCE_PROD, c->comm, c->stream));
+  EXPECT_OK(api->group_end());
   sync_stream(c, "group of collectives");
   download(&a);
   download(&b);
   int64_t sum = 0, prod = 1;
   for (int r = 1; r <= c->nranks; r++) sum += r, prod *= r;
-  CHECK(((int64_t*)a.host)[63] == sum && ((int64_t*)b.host)[0] == prod, "a group of two all_reduce");
+  CHECK_MSG(((int64_t*)a.host)[63] == sum && ((int64_t*)b.host)[0] == prod, "a group of two all_reduce");
   free_buffer(&a);
   free_buffer(&b);
-  CHECK_OK(api->comm_destroy(c->comm), "comm_destroy");
+  EXPECT_OK(api->comm_destroy(c->comm));
 }
 
 /* ======================================================================== */
@@ -588,51 +564,51 @@ static void single_rank_and_arguments(ctx* c) {
   buffer x = make_buffer(100 * 4), y = make_buffer(100 * 4);
   for (int i = 0; i < 100; i++) ((float*)x.host)[i] = (float)i * 0.25f;
   upload(&x);
-  CHECK_OK(api->all_reduce(x.device, y.device, 100, f32, OAR_REDUCE_AVG, c->comm, c->stream), "all_reduce");
-  CHECK_OK(api->all_gather(x.device, y.device, 100, f32, c->comm, c->stream), "all_gather");
-  CHECK_OK(api->reduce_scatter(x.device, y.device, 100, f32, OAR_REDUCE_SUM, c->comm, c->stream), "reduce_scatter");
-  CHECK_OK(api->all_to_all(x.device, y.device, 100, f32, c->comm, c->stream), "all_to_all");
-  CHECK_OK(api->broadcast(x.device, y.device, 100, f32, 0, c->comm, c->stream), "broadcast");
+  EXPECT_OK(api->all_reduce(x.device, y.device, 100, f32, OAR_REDUCE_AVG, c->comm, c->stream));
+  EXPECT_OK(api->all_gather(x.device, y.device, 100, f32, c->comm, c->stream));
+  EXPECT_OK(api->reduce_scatter(x.device, y.device, 100, f32, OAR_REDUCE_SUM, c->comm, c->stream));
+  EXPECT_OK(api->all_to_all(x.device, y.device, 100, f32, c->comm, c->stream));
+  EXPECT_OK(api->broadcast(x.device, y.device, 100, f32, 0, c->comm, c->stream));
   sync_stream(c, "one rank");
   download(&y);
-  CHECK(memcmp(x.host, y.host, 400) == 0, "one rank: the collectives copy send to recv");
+  CHECK_MSG(memcmp(x.host, y.host, 400) == 0, "one rank: the collectives copy send to recv");
 
   /* errors at the call */
   oar_comm bogus = (oar_comm)(uintptr_t)0x6000000000000123ull;
-  CHECK(api->all_reduce(x.device, y.device, 1, f32, 7, c->comm, c->stream) == OAR_ERROR_INVALID_ARGUMENT, "bad op");
-  CHECK(api->all_reduce(NULL, y.device, 1, f32, 0, c->comm, c->stream) == OAR_ERROR_INVALID_ARGUMENT, "NULL send");
-  CHECK(api->all_reduce(x.device, y.device, 101, f32, 0, c->comm, c->stream) == OAR_ERROR_INVALID_HANDLE,
+  CHECK_MSG(api->all_reduce(x.device, y.device, 1, f32, 7, c->comm, c->stream) == OAR_ERROR_INVALID_ARGUMENT, "bad op");
+  CHECK_MSG(api->all_reduce(NULL, y.device, 1, f32, 0, c->comm, c->stream) == OAR_ERROR_INVALID_ARGUMENT, "NULL send");
+  CHECK_MSG(api->all_reduce(x.device, y.device, 101, f32, 0, c->comm, c->stream) == OAR_ERROR_INVALID_HANDLE,
         "a range past the allocation");
-  CHECK(api->all_reduce(x.device, y.device, 1, f32, 0, bogus, c->stream) == OAR_ERROR_INVALID_HANDLE, "bogus comm");
-  CHECK(api->all_reduce(x.device, y.device, 1, (oar_dl_data_type){OAR_DL_BOOL, 8, 1}, 0, c->comm, c->stream) ==
+  CHECK_MSG(api->all_reduce(x.device, y.device, 1, f32, 0, bogus, c->stream) == OAR_ERROR_INVALID_HANDLE, "bogus comm");
+  CHECK_MSG(api->all_reduce(x.device, y.device, 1, (oar_dl_data_type){OAR_DL_BOOL, 8, 1}, 0, c->comm, c->stream) ==
             OAR_ERROR_NOT_SUPPORTED,
         "bool is not supported");
-  CHECK(api->broadcast(x.device, y.device, 1, f32, 1, c->comm, c->stream) == OAR_ERROR_INVALID_ARGUMENT, "root 1 of 1");
-  CHECK(api->send(x.device, 1, f32, 0, c->comm, c->stream) == OAR_ERROR_INVALID_ARGUMENT, "send to self");
-  CHECK(api->all_reduce(NULL, NULL, 0, f32, 0, c->comm, c->stream) == OAR_SUCCESS, "count 0 with NULL buffers");
-  CHECK(api->group_end() == OAR_ERROR_INVALID_ARGUMENT, "group_end without group_start");
+  CHECK_MSG(api->broadcast(x.device, y.device, 1, f32, 1, c->comm, c->stream) == OAR_ERROR_INVALID_ARGUMENT, "root 1 of 1");
+  CHECK_MSG(api->send(x.device, 1, f32, 0, c->comm, c->stream) == OAR_ERROR_INVALID_ARGUMENT, "send to self");
+  CHECK_MSG(api->all_reduce(NULL, NULL, 0, f32, 0, c->comm, c->stream) == OAR_SUCCESS, "count 0 with NULL buffers");
+  CHECK_MSG(api->group_end() == OAR_ERROR_INVALID_ARGUMENT, "group_end without group_start");
   oar_stream other = NULL;
   if (api->stream_create(1, OAR_STREAM_DEFAULT, 0, &other) == OAR_SUCCESS) {
-    CHECK(api->all_reduce(x.device, y.device, 1, f32, 0, c->comm, other) == OAR_ERROR_INVALID_ARGUMENT,
+    CHECK_MSG(api->all_reduce(x.device, y.device, 1, f32, 0, c->comm, other) == OAR_ERROR_INVALID_ARGUMENT,
           "a stream of another device");
     api->stream_destroy(other);
   }
   oar_comm comm2 = NULL;
-  CHECK(api->comm_init_rank(0, 2, &c->id, 2, 1000, &comm2) == OAR_ERROR_INVALID_ARGUMENT, "rank 2 of 2");
-  CHECK(api->comm_init_rank(0, 0, &c->id, 0, 1000, &comm2) == OAR_ERROR_INVALID_ARGUMENT, "nranks 0");
-  CHECK(api->comm_init_rank(0, 1, &c->id, 0, 0, &comm2) == OAR_ERROR_INVALID_ARGUMENT, "timeout 0");
+  CHECK_MSG(api->comm_init_rank(0, 2, &c->id, 2, 1000, &comm2) == OAR_ERROR_INVALID_ARGUMENT, "rank 2 of 2");
+  CHECK_MSG(api->comm_init_rank(0, 0, &c->id, 0, 1000, &comm2) == OAR_ERROR_INVALID_ARGUMENT, "nranks 0");
+  CHECK_MSG(api->comm_init_rank(0, 1, &c->id, 0, 0, &comm2) == OAR_ERROR_INVALID_ARGUMENT, "timeout 0");
   oar_unique_id junk;
   memset(&junk, 0x5a, sizeof junk);
-  CHECK(api->comm_init_rank(0, 1, &junk, 0, 1000, &comm2) == OAR_ERROR_INVALID_ARGUMENT, "a foreign id");
-  CHECK(api->get_unique_id(NULL) == OAR_ERROR_INVALID_ARGUMENT, "get_unique_id(NULL)");
-  CHECK_OK(api->comm_destroy(c->comm), "comm_destroy");
-  CHECK(api->comm_destroy(c->comm) == OAR_ERROR_INVALID_HANDLE, "comm_destroy twice");
-  CHECK(api->all_reduce(x.device, y.device, 1, f32, 0, c->comm, c->stream) == OAR_ERROR_INVALID_HANDLE,
+  CHECK_MSG(api->comm_init_rank(0, 1, &junk, 0, 1000, &comm2) == OAR_ERROR_INVALID_ARGUMENT, "a foreign id");
+  CHECK_MSG(api->get_unique_id(NULL) == OAR_ERROR_INVALID_ARGUMENT, "get_unique_id(NULL)");
+  EXPECT_OK(api->comm_destroy(c->comm));
+  CHECK_MSG(api->comm_destroy(c->comm) == OAR_ERROR_INVALID_HANDLE, "comm_destroy twice");
+  CHECK_MSG(api->all_reduce(x.device, y.device, 1, f32, 0, c->comm, c->stream) == OAR_ERROR_INVALID_HANDLE,
         "a destroyed comm");
   /* a communicator left live is destroyed by finalize */
   oar_unique_id id;
-  CHECK_OK(api->get_unique_id(&id), "get_unique_id");
-  CHECK_OK(api->comm_init_rank(0, 1, &id, 0, 1000, &comm2), "comm_init_rank");
+  EXPECT_OK(api->get_unique_id(&id));
+  EXPECT_OK(api->comm_init_rank(0, 1, &id, 0, 1000, &comm2));
   free_buffer(&x);
   free_buffer(&y);
 }
@@ -648,9 +624,9 @@ static void expect_failure(ctx* c, oar_status status, int64_t started, int64_t l
                            const char* what) {
   int64_t elapsed = now_ms() - started;
   const char* message = last_error();
-  CHECK(status == OAR_ERROR_TIMEOUT || status == OAR_ERROR_DEVICE_LOST, "%s: status %d (%s)", what, status, message);
-  CHECK(strstr(message, rank_text) != NULL, "%s: the message does not name %s: %s", what, rank_text, message);
-  CHECK(elapsed <= limit + slack, "%s: took %lld ms, the timeout is %lld ms", what, (long long)elapsed,
+  CHECK_MSG(status == OAR_ERROR_TIMEOUT || status == OAR_ERROR_DEVICE_LOST, "%s: status %d (%s)", what, status, message);
+  CHECK_MSG(strstr(message, rank_text) != NULL, "%s: the message does not name %s: %s", what, rank_text, message);
+  CHECK_MSG(elapsed <= limit + slack, "%s: took %lld ms, the timeout is %lld ms", what, (long long)elapsed,
         (long long)limit);
   (void)c;
 }
@@ -689,9 +665,9 @@ static void dies(ctx* c) {
   buffer x = make_buffer(16);
   status = api->all_reduce(x.device, x.device, 4, dl_types[F32], OAR_REDUCE_SUM, c->comm, c->stream);
   if (status == OAR_SUCCESS) status = api->stream_synchronize(c->stream);
-  CHECK(status == OAR_ERROR_TIMEOUT || status == OAR_ERROR_DEVICE_LOST, "work after a failure: status %d", status);
+  CHECK_MSG(status == OAR_ERROR_TIMEOUT || status == OAR_ERROR_DEVICE_LOST, "work after a failure: status %d", status);
   free_buffer(&x);
-  CHECK_OK(api->comm_destroy(c->comm), "comm_destroy of a broken communicator");
+  EXPECT_OK(api->comm_destroy(c->comm));
 }
 
 /* Rank 1 is alive but never calls the collective. */
@@ -716,7 +692,7 @@ static void disagree(ctx* c) {
   oar_status status;
   const char* message;
   all_reduce_once(c, c->rank == 0 ? 100 : 200, &status, &message);
-  CHECK(status == OAR_ERROR_INVALID_ARGUMENT || status == OAR_ERROR_DEVICE_LOST,
+  CHECK_MSG(status == OAR_ERROR_INVALID_ARGUMENT || status == OAR_ERROR_DEVICE_LOST,
         "mismatched all_reduce: status %d (%s)", status, message);
   api->comm_destroy(c->comm);
 }
@@ -747,6 +723,5 @@ int main(int argc, char** argv) {
   run_ranks("tcp: a rank that hangs", 2, tcp, hangs, 15000);
   run_ranks("shared memory: ranks that disagree", 2, shm, disagree, 15000);
   run_ranks("tcp: ranks that disagree", 2, tcp, disagree, 15000);
-  printf("%d passed, %d failed\n", scenarios_passed, scenarios_failed);
-  return scenarios_failed ? 1 : 0;
+  return selftest_finish();
 }

@@ -12,41 +12,18 @@
  */
 #include <oar/device_api.h>
 
+#include "selftest.h"
+
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-/* ======================================================================== */
-/* Harness                                                                   */
-/* ======================================================================== */
-
-static int passed, failed;
-static const oar_device_table* api;
 static oar_stream stream;
-
-static void check(bool ok, const char* file, int line, const char* format, ...) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  va_list args;
-  va_start(args, format);
-  fprintf(stderr, "FAIL %s:%d: ", file, line);
-  vfprintf(stderr, format, args);
-  fprintf(stderr, "\n");
-  va_end(args);
-}
-
-#define CHECK(condition, ...) check((condition), __FILE__, __LINE__, __VA_ARGS__)
-
-static const char* last_error(void) { return api->get_last_error_message(); }
 
 /* ---- dtypes ------------------------------------------------------------- */
 
@@ -114,7 +91,7 @@ static void make_strides(int ndim, const int64_t* shape, layout kind, int64_t* s
 static void* device_alloc(size_t bytes) {
   void* pointer = NULL;
   oar_status status = api->mem_alloc(0, bytes ? bytes : 1, &pointer);
-  CHECK(status == OAR_SUCCESS, "mem_alloc(%zu): %s", bytes, last_error());
+  CHECK_MSG(status == OAR_SUCCESS, "mem_alloc(%zu): %s", bytes, last_error());
   return pointer;
 }
 
@@ -208,13 +185,13 @@ static void set(tensor* t, const int64_t* index, double value) {
 static void upload(const tensor* t) {
   size_t bytes = (size_t)(t->span * dtype_bytes(t->type));
   oar_status status = api->memcpy_h2d(0, t->device, t->host, bytes);
-  CHECK(status == OAR_SUCCESS, "memcpy_h2d: %s", last_error());
+  CHECK_MSG(status == OAR_SUCCESS, "memcpy_h2d: %s", last_error());
 }
 
 static void download(tensor* t) {
   size_t bytes = (size_t)(t->span * dtype_bytes(t->type));
   oar_status status = api->memcpy_d2h(0, t->host, t->device, bytes);
-  CHECK(status == OAR_SUCCESS, "memcpy_d2h: %s", last_error());
+  CHECK_MSG(status == OAR_SUCCESS, "memcpy_d2h: %s", last_error());
 }
 
 /* Fills the view with values (floats in [-1, 1), small ints, 0/1 bools, any
@@ -503,7 +480,7 @@ static void test_matmul(void) {
   /* no integer matmul */
   oar_dl_data_type i32[3] = {dl_types[I32], dl_types[I32], dl_types[I32]};
   oar_kernel kernel;
-  CHECK(api->kernel_query(0, "matmul", i32, 3, &kernel) == OAR_ERROR_NOT_SUPPORTED, "int32 matmul");
+  CHECK_MSG(api->kernel_query(0, "matmul", i32, 3, &kernel) == OAR_ERROR_NOT_SUPPORTED, "int32 matmul");
 }
 
 /* ======================================================================== */
@@ -1099,9 +1076,9 @@ static void test_cross_entropy(void) {
   tensor* inputs[2] = {&logits, &target};
   outcome r = run_op("cross_entropy", inputs, 2, &out, NULL);
   EXPECT_SYNC_FAILS(r, "cross_entropy", "index 3");
-  CHECK(strstr(r.message, "[0, 3)") != NULL, "the message names the range: %s", r.message);
+  CHECK_MSG(strstr(r.message, "[0, 3)") != NULL, "the message names the range: %s", r.message);
   download(&out);
-  CHECK(gaps_untouched(&out), "cross_entropy: out untouched after a bad target");
+  CHECK_MSG(gaps_untouched(&out), "cross_entropy: out untouched after a bad target");
   set(&target, bad, -7.0);
   upload(&target);
   r = run_op("cross_entropy", inputs, 2, &out, NULL);
@@ -1158,7 +1135,7 @@ static void test_embedding(void) {
             int64_t wi[2] = {row, index[2]};
             ok &= same_bytes(&out, index, &w, wi);
           }
-          CHECK(ok && gaps_untouched(&out), "embedding %s %s layout %d", dtype_names[type],
+          CHECK_MSG(ok && gaps_untouched(&out), "embedding %s %s layout %d", dtype_names[type],
                 dtype_names[index_type], l);
         }
         if (t == 0 && l == 0) {
@@ -1167,7 +1144,7 @@ static void test_embedding(void) {
           upload(&idx);
           r = run_op("embedding", inputs, 2, &out, NULL);
           EXPECT_SYNC_FAILS(r, "embedding", "index 10");
-          CHECK(strstr(r.message, "[0, 10)") != NULL, "embedding message names the range: %s", r.message);
+          CHECK_MSG(strstr(r.message, "[0, 10)") != NULL, "embedding message names the range: %s", r.message);
         }
         tensor_free(&w);
         tensor_free(&idx);
@@ -1191,7 +1168,7 @@ static void test_embedding(void) {
       int64_t wi[2] = {get_int(&idx, index), index[1]};
       ok &= same_bytes(&out, index, &w, wi);
     }
-    CHECK(ok, "embedding 1024 x 256");
+    CHECK_MSG(ok, "embedding 1024 x 256");
   }
   tensor_free(&w);
   tensor_free(&idx);
@@ -1233,7 +1210,7 @@ static void along_dim_case(const char* op, dtype type, dtype index_type, int dim
         xi[dim] = get_int(&idx, index);
         ok &= same_bytes(&out, index, &x, xi);
       }
-      CHECK(ok && gaps_untouched(&out), "%s", what);
+      CHECK_MSG(ok && gaps_untouched(&out), "%s", what);
     } else if (is_add) {
       double* want = alloc_want(&out);
       for (int64_t i = 0; i < numel(&x); i++) {
@@ -1264,7 +1241,7 @@ static void along_dim_case(const char* op, dtype type, dtype index_type, int dim
         unravel(&x, i, index);
         ok &= same_bytes(&out, index, &expected, index);
       }
-      CHECK(ok && gaps_untouched(&out), "%s", what);
+      CHECK_MSG(ok && gaps_untouched(&out), "%s", what);
       free(expected.host);
     }
   }
@@ -1324,7 +1301,7 @@ static void index_select_case(const char* op, dtype type, dtype index_type, int 
         xi[dim] = get_int(&idx, ii);
         ok &= same_bytes(&out, index, &x, xi);
       }
-      CHECK(ok && gaps_untouched(&out), "%s", what);
+      CHECK_MSG(ok && gaps_untouched(&out), "%s", what);
     }
   }
   tensor_free(&x);
@@ -1367,11 +1344,11 @@ static void bad_index_case(const char* op, int64_t bad_value) {
   char fragment[64];
   snprintf(fragment, sizeof fragment, "index %" PRId64 " ", bad_value);
   EXPECT_SYNC_FAILS(r, op, fragment);
-  CHECK(strstr(r.message, "[0, 5)") != NULL, "%s: the message names the range: %s", op, r.message);
+  CHECK_MSG(strstr(r.message, "[0, 5)") != NULL, "%s: the message names the range: %s", op, r.message);
   download(&out);
   bool untouched = true;
   for (int64_t b = 0; b < out.span * 4; b++) untouched &= out.host[b] == 0xA5;
-  CHECK(untouched, "%s: out written despite a bad index", op);
+  CHECK_MSG(untouched, "%s: out written despite a bad index", op);
   /* the stream runs the next command */
   fill_indices(&idx, 5);
   r = run_op(op, inputs, count, &out, &a);
@@ -1404,7 +1381,7 @@ static void test_index_ops(void) {
   /* scatter_add has no bool kernel; gather refuses mismatched ranks */
   oar_dl_data_type b3[4] = {dl_types[BOOL], dl_types[I64], dl_types[BOOL], dl_types[BOOL]};
   oar_kernel kernel;
-  CHECK(api->kernel_query(0, "scatter_add", b3, 4, &kernel) == OAR_ERROR_NOT_SUPPORTED, "bool scatter_add");
+  CHECK_MSG(api->kernel_query(0, "scatter_add", b3, 4, &kernel) == OAR_ERROR_NOT_SUPPORTED, "bool scatter_add");
   int64_t x_shape[2] = {3, 3}, i_shape[1] = {3};
   tensor x, idx, out;
   tensor_make(&x, F32, 2, x_shape, COMPACT);
@@ -1453,7 +1430,7 @@ static void test_one_hot(void) {
         upload(&idx);
         r = run_op("one_hot", inputs, 1, &out, &a);
         EXPECT_SYNC_FAILS(r, "one_hot", "index 6");
-        CHECK(strstr(r.message, "[0, 6)") != NULL, "one_hot names the range: %s", r.message);
+        CHECK_MSG(strstr(r.message, "[0, 6)") != NULL, "one_hot names the range: %s", r.message);
         attrs wrong = {0};
         attr_int(&wrong, "num_classes", 5);
         r = run_op("one_hot", inputs, 1, &out, &wrong);
@@ -1490,7 +1467,7 @@ static void test_triangles(void) {
             bool keep = lower ? offset <= diagonals[k] : offset >= diagonals[k];
             ok &= keep ? same_bytes(&out, index, &x, index) : is_zero_element(&out, index);
           }
-          CHECK(ok && gaps_untouched(&out), "%s %s diagonal %" PRId64 " layouts %d/%d", op,
+          CHECK_MSG(ok && gaps_untouched(&out), "%s %s diagonal %" PRId64 " layouts %d/%d", op,
                 dtype_names[all_types[t]], diagonals[k], lx, lo);
         }
         tensor_free(&x);
@@ -1534,7 +1511,7 @@ static void test_queries(void) {
         types[k] = dl_types[(float_ops[i].data_positions >> k) & 1 ? floats[t] : float_ops[i].fixed[k]];
       oar_kernel kernel = NULL;
       oar_status status = api->kernel_query(0, float_ops[i].op, types, (size_t)float_ops[i].count, &kernel);
-      CHECK(status == OAR_SUCCESS, "kernel_query(%s, %s, %d dtypes): %s", float_ops[i].op,
+      CHECK_MSG(status == OAR_SUCCESS, "kernel_query(%s, %s, %d dtypes): %s", float_ops[i].op,
             dtype_names[floats[t]], float_ops[i].count, last_error());
     }
   for (int t = 0; t < 8; t++) {
@@ -1547,13 +1524,13 @@ static void test_queries(void) {
       if (k == 1) types[count++] = dl_types[all_types[t]];
       types[count++] = dl_types[all_types[t]];
       oar_kernel kernel = NULL;
-      CHECK(api->kernel_query(0, ops[k], types, (size_t)count, &kernel) == OAR_SUCCESS,
+      CHECK_MSG(api->kernel_query(0, ops[k], types, (size_t)count, &kernel) == OAR_SUCCESS,
             "kernel_query(%s, %s): %s", ops[k], dtype_names[all_types[t]], last_error());
     }
   }
   oar_dl_data_type half[2] = {dl_types[F16], dl_types[F16]};
   oar_kernel kernel;
-  CHECK(api->kernel_query(0, "rms_norm", half, 2, &kernel) == OAR_ERROR_NOT_SUPPORTED,
+  CHECK_MSG(api->kernel_query(0, "rms_norm", half, 2, &kernel) == OAR_ERROR_NOT_SUPPORTED,
         "float16 rms_norm is not in ops.yaml");
 }
 
@@ -1719,9 +1696,7 @@ int main(int argc, char** argv) {
   setenv("OAR_REFCPU_MEMORY_MB", "512", 0);
   void* library = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!library) {
-    fprintf(stderr, "cannot load %s: %s\n", argv[1], dlerror());
-    printf("0 passed, 1 failed\n");
-    return 1;
+    return selftest_setup_failed("cannot load %s: %s", argv[1], dlerror());
   }
   oar_plugin_init_fn plugin_init;
   void* symbol = dlsym(library, "oar_plugin_init");
@@ -1733,13 +1708,11 @@ int main(int argc, char** argv) {
   params.host_abi_minor = OAR_ABI_VERSION_MINOR;
   if (!plugin_init || plugin_init(&params) != OAR_SUCCESS || !params.table ||
       params.table->init() != OAR_SUCCESS) {
-    fprintf(stderr, "the plugin did not initialize\n");
-    printf("0 passed, 1 failed\n");
     dlclose(library);
-    return 1;
+    return selftest_setup_failed("the plugin did not initialize");
   }
   api = params.table;
-  CHECK(api->stream_create(0, OAR_STREAM_DEFAULT, 0, &stream) == OAR_SUCCESS, "stream_create: %s",
+  CHECK_MSG(api->stream_create(0, OAR_STREAM_DEFAULT, 0, &stream) == OAR_SUCCESS, "stream_create: %s",
         last_error());
   test_queries();
   test_matmul();
@@ -1752,11 +1725,10 @@ int main(int argc, char** argv) {
   test_one_hot();
   test_triangles();
   if (bench) run_benchmarks();
-  CHECK(api->stream_destroy(stream) == OAR_SUCCESS, "stream_destroy");
-  CHECK(api->finalize() == OAR_SUCCESS, "finalize: %s", last_error());
+  CHECK_MSG(api->stream_destroy(stream) == OAR_SUCCESS, "stream_destroy");
+  CHECK_MSG(api->finalize() == OAR_SUCCESS, "finalize: %s", last_error());
   dlclose(library);
   const char* strict = getenv("OAR_REFCPU_STRICT");
   printf("mode: %s\n", strict && strcmp(strict, "1") == 0 ? "strict" : "normal");
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return selftest_finish();
 }

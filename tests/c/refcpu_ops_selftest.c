@@ -11,54 +11,17 @@
  */
 #include <oar/device_api.h>
 
+#include "selftest.h"
+
 #include <dlfcn.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ======================================================================== */
-/* Harness                                                                   */
-/* ======================================================================== */
-
-static int passed, failed;
-static const oar_device_table* api;
 static oar_stream stream;
-
-static const char* last_error(void) { return api ? api->get_last_error_message() : ""; }
-
-static void check(bool ok, const char* file, int line, const char* format, ...) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  va_list args;
-  va_start(args, format);
-  fprintf(stderr, "FAIL %s:%d: ", file, line);
-  vfprintf(stderr, format, args);
-  fprintf(stderr, "\n");
-  va_end(args);
-}
-
-#define CHECK(condition) check((condition), __FILE__, __LINE__, "%s", #condition)
-#define CHECK_MSG(condition, ...) check((condition), __FILE__, __LINE__, __VA_ARGS__)
-#define EXPECT_OK(call)                                                                        \
-  do {                                                                                         \
-    oar_status status_ = (call);                                                               \
-    check(status_ == OAR_SUCCESS, __FILE__, __LINE__, "%s returned %d: %s", #call, status_,    \
-          last_error());                                                                       \
-  } while (0)
-#define EXPECT_STATUS(call, expected, word)                                                    \
-  do {                                                                                         \
-    oar_status status_ = (call);                                                               \
-    check(status_ == (expected) && strstr(last_error(), (word)) != NULL, __FILE__, __LINE__,    \
-          "%s returned %d (expected %d) with \"%s\" (expected to name '%s')", #call, status_,  \
-          (int)(expected), last_error(), (word));                                              \
-  } while (0)
 
 /* ======================================================================== */
 /* Tensors                                                                    */
@@ -1349,9 +1312,7 @@ int main(int argc, char** argv) {
   setenv("OAR_REFCPU_MEMORY_MB", "1024", 0);
   void* library = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!library) {
-    fprintf(stderr, "cannot load %s: %s\n", argv[1], dlerror());
-    printf("0 passed, 1 failed\n");
-    return 1;
+    return selftest_setup_failed("cannot load %s: %s", argv[1], dlerror());
   }
   oar_plugin_init_fn plugin_init;
   void* symbol = dlsym(library, "oar_plugin_init");
@@ -1362,10 +1323,8 @@ int main(int argc, char** argv) {
   params.host_abi_major = OAR_ABI_VERSION_MAJOR;
   params.host_abi_minor = OAR_ABI_VERSION_MINOR;
   if (!plugin_init || plugin_init(&params) != OAR_SUCCESS || !params.table || params.table->init() != OAR_SUCCESS) {
-    fprintf(stderr, "cannot initialize the plugin\n");
-    printf("0 passed, 1 failed\n");
     dlclose(library);
-    return 1;
+    return selftest_setup_failed("cannot initialize the plugin");
   }
   api = params.table;
   EXPECT_OK(api->stream_create(0, OAR_STREAM_DEFAULT, 0, &stream));
@@ -1390,6 +1349,5 @@ int main(int argc, char** argv) {
   dlclose(library);
   const char* strict = getenv("OAR_REFCPU_STRICT");
   printf("mode: %s\n", strict && strcmp(strict, "1") == 0 ? "strict" : "normal");
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return selftest_finish();
 }

@@ -9,11 +9,12 @@
 #include <oar/device_api.h>
 #include <oar/refcpu.h>
 
+#include "selftest.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,55 +23,11 @@
 #include <unistd.h>
 
 /* ======================================================================== */
-/* Harness                                                                   */
+/* State and timing                                                          */
 /* ======================================================================== */
 
-static int passed, failed;
-static const oar_device_table* api;
 static int32_t device_total;
 static bool strict_mode;
-
-static const char* status_name(oar_status status) {
-  static const char* const names[] = {"SUCCESS", "INVALID_ARGUMENT", "INVALID_HANDLE",
-                                      "OUT_OF_MEMORY", "NOT_SUPPORTED", "NOT_READY",
-                                      "TIMEOUT", "DEVICE_LOST", "INTERNAL",
-                                      "NOT_INITIALIZED"};
-  return status >= 0 && status <= 9 ? names[status] : "?";
-}
-
-static const char* last_error(void) { return api ? api->get_last_error_message() : ""; }
-
-static void check(bool ok, const char* file, int line, const char* format, ...) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  va_list args;
-  va_start(args, format);
-  fprintf(stderr, "FAIL %s:%d: ", file, line);
-  vfprintf(stderr, format, args);
-  fprintf(stderr, "\n");
-  va_end(args);
-}
-
-#define CHECK(condition) check((condition), __FILE__, __LINE__, "%s", #condition)
-
-/* A call must return expected, and on failure leave a message naming entry. */
-static void expect(oar_status got, oar_status expected, const char* entry, const char* file,
-                   int line, const char* text) {
-  bool ok = got == expected;
-  if (ok && expected != OAR_SUCCESS && expected != OAR_ERROR_NOT_READY && entry &&
-      !strstr(last_error(), entry)) {
-    check(false, file, line, "%s: message does not name '%s': \"%s\"", text, entry, last_error());
-    return;
-  }
-  check(ok, file, line, "%s returned %s, expected %s (message: \"%s\")", text, status_name(got),
-        status_name(expected), got ? last_error() : "");
-}
-
-#define EXPECT_OK(call) expect((call), OAR_SUCCESS, NULL, __FILE__, __LINE__, #call)
-#define EXPECT_STATUS(call, status, entry) expect((call), (status), (entry), __FILE__, __LINE__, #call)
 
 static void sleep_ms(int ms) {
   struct timespec pause = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
@@ -1996,9 +1953,7 @@ int main(int argc, char** argv) {
   setenv("OAR_REFCPU_FAULT_INJECTION", "1", 1);
   void* library = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!library) {
-    fprintf(stderr, "cannot load %s: %s\n", argv[1], dlerror());
-    printf("0 passed, 1 failed\n");
-    return 1;
+    return selftest_setup_failed("cannot load %s: %s", argv[1], dlerror());
   }
   void* symbol = dlsym(library, "oar_plugin_init");
   memcpy(&plugin_init, &symbol, sizeof symbol);
@@ -2041,6 +1996,5 @@ int main(int argc, char** argv) {
   }
   dlclose(library);
   printf("mode: %s\n", strict_mode ? "strict" : "normal");
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return selftest_finish();
 }
