@@ -36,7 +36,7 @@ import numpy as np
 from oar_conformance.tolerances import FLOAT_DTYPES
 
 __all__ = ["Case", "RULES", "case_names", "build", "alternatives", "is_accumulating", "differentiable_inputs",
-           "ALL_DTYPES"]
+           "expected_out_dtype", "ALL_DTYPES"]
 
 ALL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool")
 ELEMENTWISE_KINDS = ("unary", "binary", "ternary")
@@ -68,6 +68,7 @@ class Case:
     dtype: str | None = None                        # creation ops: the output dtype
     grad: bool = False
     differentiable: list = field(default_factory=list)  # grad cases: indices of the inputs to differentiate
+    out_dtype: str | None = None                    # the output's dtype by ops.yaml's out_dtype rule
 
 
 def _is_float(dtype: str) -> bool:
@@ -514,8 +515,9 @@ def build(op: str, schema: dict, dtype: str, name: str, rng: np.random.Generator
     shapes, derived = found
     attrs.update(derived)
     rule = RULES.get(op, {})
+    out_dtype = expected_out_dtype(schema, dtype, attrs)
     if schema["kind"] == "creation":
-        return Case(name, attrs=attrs, shape=shapes[0], dtype=dtype)
+        return Case(name, attrs=attrs, shape=shapes[0], dtype=dtype, out_dtype=out_dtype)
     grad = name == "grad"
     differentiable = differentiable_inputs(schema, count) if grad else []
     inputs = []
@@ -542,4 +544,13 @@ def build(op: str, schema: dict, dtype: str, name: str, rng: np.random.Generator
         # alternate: even inputs stored transposed (permuted back), odd ones every other element of a buffer
         layouts = [("permuted" if i % 2 == 0 and np.ndim(a) >= 2 else "sliced") if np.ndim(a) else "contiguous"
                    for i, a in enumerate(inputs)]
-    return Case(name, inputs=inputs, attrs=attrs, layouts=layouts, grad=grad, differentiable=differentiable)
+    return Case(name, inputs=inputs, attrs=attrs, layouts=layouts, grad=grad, differentiable=differentiable,
+                out_dtype=out_dtype)
+
+
+def expected_out_dtype(schema: dict, dtype: str, attrs: dict) -> str:
+    """The dtype ops.yaml's out_dtype rule gives the output of (op, dtype): every data input of a case
+    has the op's dtype (e.g. sum, out_dtype accumulate: int32 -> int64, float32 -> float32)."""
+    from oar.reference import output_dtype
+
+    return output_dtype(str(schema["out_dtype"]), [dtype], attrs.get("dtype"))

@@ -230,6 +230,21 @@ def ops_markdown(text: str | None = None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# What each out_dtype rule of ops.yaml gives (a dtype name gives itself).
+OUT_DTYPE_RULES = {
+    "same": "the first input's dtype",
+    "promote": "the inputs' promoted dtype",
+    "float": "the inputs' promoted dtype; float32 where that is integral or bool",
+    "accumulate": "a float input's dtype; int64 for integer and bool input",
+    "attr": "the `dtype` attr",
+}
+
+
+def _out_dtype_text(rule) -> str:
+    meaning = OUT_DTYPE_RULES.get(str(rule))
+    return f"{rule}: {meaning}" if meaning else str(rule)
+
+
 def _op_markdown(name: str, spec: dict, sets: dict) -> list[str]:
     dtypes = spec["dtypes"]
     dtype_text = f"{dtypes} ({', '.join(sets[dtypes])})" if isinstance(dtypes, str) else ", ".join(dtypes)
@@ -241,7 +256,7 @@ def _op_markdown(name: str, spec: dict, sets: dict) -> list[str]:
              f"| inputs | {cell(', '.join(f'`{i}`' for i in inputs)) or 'none'} |",
              f"| outputs | {cell(', '.join(f'`{o}`' for o in outputs)) or 'none'} |",
              f"| dtypes | {cell(dtype_text)} |",
-             f"| out dtype | {spec.get('out_dtype', '-')} |"]
+             f"| out dtype | {cell(_out_dtype_text(spec.get('out_dtype', '-')))} |"]
     if spec.get("broadcast"):
         lines.append("| broadcast | inputs broadcast to the output's shape (passed expanded, stride 0) |")
     lines.append("")

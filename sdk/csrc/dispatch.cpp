@@ -1865,8 +1865,8 @@ py::object register_op(py::dict spec) {
   } else if (out == "attr") {
     op->out_rule = OutRule::Attr;
     if (op->dtype_attr < 0) throw py::value_error(op->name + ": out_dtype attr needs a dtype attr named 'dtype'");
-  } else if (out == "sum") {
-    op->out_rule = OutRule::Sum;
+  } else if (out == "accumulate") {
+    op->out_rule = OutRule::Sum;  // floats keep their dtype, integers and bool give int64 (sum)
   } else {
     op->out_rule = OutRule::Fixed;
     op->out_fixed = scalar_type_from_python(py::str(out));

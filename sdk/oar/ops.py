@@ -32,8 +32,6 @@ __all__ = ["names", "schema", "document"]
 
 # Inputs whose dtype is not the op's `dtypes` (ops.yaml says so in prose): index and condition roles.
 _INPUT_ROLES = {"indices": "index", "target": "index", "condition": "condition"}
-# ops.yaml's sum has out_dtype "same", but its semantics sum integers and bool to int64.
-_OUT_DTYPE_OVERRIDES = {"sum": "sum"}
 # Reductions that must not be empty (ops.yaml: "an empty reduction is an error"; argmax has no answer).
 _NONEMPTY_PHRASE = "empty reduction is an error"
 
@@ -102,7 +100,7 @@ def _normalize(name: str, spec: dict) -> dict:
         "output_names": [str(o).rstrip(".") for o in spec.get("outputs") or []],
         "attrs": attrs,
         "dtypes": _dtype_names(name, spec["dtypes"]),
-        "out_dtype": _OUT_DTYPE_OVERRIDES.get(name, str(spec["out_dtype"])),
+        "out_dtype": str(spec["out_dtype"]),
         "broadcast": bool(spec.get("broadcast", False)),
         "nonempty_reduction": _NONEMPTY_PHRASE in str(spec.get("semantics", "")) or name == "argmax",
         "shape_fn": shapes.SHAPE_FUNCTIONS.get(name),

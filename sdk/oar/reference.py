@@ -5,7 +5,8 @@ tests compare kernels against them. Each takes the op's inputs as numpy arrays
 (as a kernel sees them: elementwise inputs already broadcast to the output
 shape, float16/bfloat16 widened to float32, absent optional inputs left out)
 and the attrs by keyword, and returns the output array (the caller casts it
-to the output dtype). Creation ops take ``shape`` and ``dtype`` (a numpy dtype)
+to the output dtype, which :func:`output_dtype` derives from ops.yaml's
+``out_dtype``). Creation ops take ``shape`` and ``dtype`` (a numpy dtype)
 first. Numerics follow ops.yaml and the CPU reference plugin (oar/refcpu.h):
 float sums accumulate in float64, casts to integers truncate and saturate,
 rand/randn/dropout use the same Philox-4x32-10 mapping bit for bit.
@@ -79,6 +80,53 @@ def uniform53(seed: int, offset: int, count: int) -> np.ndarray:
 
 def _numel(shape: Sequence[int]) -> int:
     return int(math.prod(shape))
+
+
+# ---- output dtypes: ops.yaml's out_dtype rules ----------------------------------------------------
+
+# (category, width): bool < integers < floats, then by width; float16 with bfloat16 gives float32.
+_PROMOTION_ORDER = {"bool": (0, 8), "int8": (1, 8), "int16": (1, 16), "int32": (1, 32), "int64": (1, 64),
+                    "float16": (2, 16), "bfloat16": (2, 16), "float32": (2, 32), "float64": (2, 64)}
+_FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _promote(dtypes: Sequence[str]) -> str:
+    result = None
+    for name in dtypes:
+        if name not in _PROMOTION_ORDER:
+            raise ValueError(f"unknown dtype {name!r}")
+        if result is None or _PROMOTION_ORDER[name] > _PROMOTION_ORDER[result]:
+            result = name
+        elif name != result and _PROMOTION_ORDER[name] == _PROMOTION_ORDER[result]:
+            result = "float32"
+    if result is None:
+        raise ValueError("no data input to take a dtype from")
+    return result
+
+
+def output_dtype(rule: str, dtypes: Sequence[str], dtype_attr: str | None = None) -> str:
+    """The output dtype that ops.yaml's ``out_dtype`` ``rule`` gives for data inputs of ``dtypes``
+    (dtype names; for a creation op, the requested dtype), as the runtime computes it: ``same``
+    the first's, ``promote`` their promotion, ``float`` the promotion or float32 if it is
+    integral, ``accumulate`` the promotion if it is a float else int64 (sum), ``attr`` the
+    ``dtype`` attr (``dtype_attr``), a dtype name itself."""
+    if rule == "same":
+        return _promote(dtypes[:1])
+    if rule == "promote":
+        return _promote(dtypes)
+    if rule == "float":
+        promoted = _promote(dtypes)
+        return promoted if promoted in _FLOAT_NAMES else "float32"
+    if rule == "accumulate":
+        promoted = _promote(dtypes)
+        return promoted if promoted in _FLOAT_NAMES else "int64"
+    if rule == "attr":
+        if dtype_attr is None:
+            raise ValueError("out_dtype attr: no dtype attr given")
+        return str(dtype_attr)
+    if rule in _PROMOTION_ORDER:
+        return rule
+    raise ValueError(f"unknown out_dtype rule {rule!r}")
 
 
 # ---- creation -----------------------------------------------------------------------------------
@@ -413,6 +461,7 @@ def log_softmax(x, dim=-1):
 
 @_export
 def sum(x, dim=(), keepdim=False):  # noqa: A001
+    # out_dtype accumulate: floats keep their dtype (summed here in float64), integers and bool give int64
     accumulate = np.float64 if np.issubdtype(x.dtype, np.floating) else np.int64
     return np.sum(x, axis=_axes(x, dim), dtype=accumulate, keepdims=keepdim)
 

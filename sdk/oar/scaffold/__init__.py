@@ -104,6 +104,7 @@ def _op_models(document: dict) -> tuple[list[dict], list[str]]:
             "input_text": ", ".join(inputs) if inputs else "none",
             "min_inputs": sum(1 for flag in optional if not flag), "max_inputs": len(inputs),
             "outputs": outputs, "attrs": attrs, "dtypes": dtypes, "out_dtype": str(spec.get("out_dtype")),
+            "out_dtype_note": _OUT_DTYPE_NOTES.get(str(spec.get("out_dtype")), ""),
             "broadcast": bool(spec.get("broadcast", False)),
             "example": example is not None,
             "signatures": sorted(example.values()) if example else [],
@@ -117,11 +118,26 @@ def _example_signature(inputs: list[str], outputs: list[str], first: str, out_dt
     data inputs, index inputs as int64, a condition as bool, the output by out_dtype."""
     roles = {"indices": "int64", "target": "int64", "condition": "bool"}
     listed = [roles.get(item.rstrip("?"), first) for item in inputs if not item.endswith("?")]
-    output = {"bool": "bool", "int64": "int64"}.get(out_dtype, out_dtype if out_dtype in _DTYPE_NAMES else first)
+    if out_dtype in _DTYPE_NAMES:
+        output = out_dtype
+    elif out_dtype == "float" or (out_dtype == "accumulate" and first in _FLOAT_NAMES):
+        output = first if first in _FLOAT_NAMES else "float32"
+    elif out_dtype == "accumulate":
+        output = "int64"
+    else:
+        output = first
     return " ".join(listed + [output] * len(outputs))
 
 
 _DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool")
+_FLOAT_NAMES = ("float32", "float64", "float16", "bfloat16")
+# ops.yaml's out_dtype rules whose name says too little for a stub's comment.
+_OUT_DTYPE_NOTES = {
+    "promote": "the promoted dtype of the inputs",
+    "float": "the promoted dtype of the inputs, float32 where that is integral or bool",
+    "accumulate": "a float input's dtype; int64 for integer and bool input",
+    "attr": "the dtype attr",
+}
 
 
 # ---- what the conformance suite should report ---------------------------------------------

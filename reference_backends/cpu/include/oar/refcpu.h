@@ -36,12 +36,12 @@
  * than "view" listed in reference_backends/cpu/implemented_ops.txt, for
  * float32 and every dtype its `dtypes` lists. kernel_query takes the input
  * dtypes (absent optional trailing inputs left out), then the output dtypes:
- *   - out_dtype same / promote / float / bool / int64 / attr as ops.yaml says;
- *     promotion: bool < int8 < int32 < int64 < float16, bfloat16 < float32 <
- *     float64 by category (an int with a float gives the float, as torch;
- *     float16 with bfloat16 gives float32). sum of int32/int64/bool gives
- *     int64 (its semantics; its out_dtype says "same", so int32 -> int32,
- *     wrapping, is accepted too).
+ *   - out_dtype same / promote / float / accumulate / bool / int64 / attr as
+ *     ops.yaml says; promotion: bool < int8 < int32 < int64 < float16,
+ *     bfloat16 < float32 < float64 by category (an int with a float gives the
+ *     float, as torch; float16 with bfloat16 gives float32). accumulate (sum):
+ *     int32/int64/bool give int64, floats their own dtype; int32 -> int32,
+ *     wrapping, is accepted too (what ops.yaml's "same" for sum used to say).
  *   - inputs named indices or target are int32/int64, condition is bool.
  *   - binary and ternary ops accept data inputs of different dtypes (they
  *     compute in the promoted dtype); other kinds want one dtype.
