@@ -141,6 +141,9 @@ def run_values(ctx: RuntimeContext, op: str, schema: dict, dtype: str, case: opc
         got = [output.numpy() for output in outputs]
     except oar.OarError as error:
         raise Failure(f"{label} raised {type(error).__name__}: {error}") from error
+    if case.out_dtype is not None and got[0].dtype.name != case.out_dtype:
+        raise Failure(f"{label} gave a {got[0].dtype.name} output; ops.yaml's out_dtype "
+                      f"{schema['out_dtype']!r} gives {case.out_dtype}")
     want = reference_result(op, schema, case)
     wants = want if isinstance(want, tuple) else (want,)
     column = "accumulating" if opcases.is_accumulating(op, schema) else "elementwise"
