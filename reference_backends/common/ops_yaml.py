@@ -10,7 +10,7 @@ import math
 
 import yaml
 
-# The kernel limits every plugin shares (cpu/src/internal.h, opencl/src/ops.h, cuda/src/ops.h);
+# The kernel limits every plugin shares (common/include/oar_op_limits.h: OAR_OP_MAX_INPUTS ...);
 # each generated header re-checks them with a static assert.
 MAX_INPUTS = 4
 MAX_OUTPUTS = 2

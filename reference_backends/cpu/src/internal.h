@@ -5,6 +5,8 @@
 #include <oar/device_api.h>
 #include <oar/refcpu.h>
 
+#include "oar_op_limits.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -143,12 +145,13 @@ struct op_def;
 struct event_marker;
 struct coll_work;
 
-/* Limits of library kernel launches; gen_op_table.py checks ops.yaml fits. */
-#define REFCPU_KERNEL_MAX_INPUTS 4
-#define REFCPU_KERNEL_MAX_OUTPUTS 2
-#define REFCPU_KERNEL_MAX_ATTRS 6
-#define REFCPU_ATTR_MAX_ITEMS 8   /* entries of an ints/floats attribute */
-#define REFCPU_ATTR_MAX_STRING 32 /* bytes of a string attribute, NUL included */
+/* Limits of library kernel launches, every reference plugin's
+   (common/include/oar_op_limits.h); gen_op_table.py checks ops.yaml fits. */
+#define REFCPU_KERNEL_MAX_INPUTS OAR_OP_MAX_INPUTS
+#define REFCPU_KERNEL_MAX_OUTPUTS OAR_OP_MAX_OUTPUTS
+#define REFCPU_KERNEL_MAX_ATTRS OAR_OP_MAX_ATTRS
+#define REFCPU_ATTR_MAX_ITEMS OAR_OP_ATTR_MAX_ITEMS   /* entries of an ints/floats attribute */
+#define REFCPU_ATTR_MAX_STRING OAR_OP_ATTR_MAX_STRING /* bytes of a string attribute, NUL included */
 #define REFCPU_KERNEL_SCRATCH 16  /* int64 words a check hook may leave for run */
 
 /* One attribute of a launch as the kernel sees it: the caller's value

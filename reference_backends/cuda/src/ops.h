@@ -18,50 +18,19 @@
 
 #include "internal.h"
 #include "tensor.h"
+#include "oar_op_limits.h"
 
-#define CU_KERNEL_MAX_INPUTS 4
-#define CU_KERNEL_MAX_OUTPUTS 2
-#define CU_KERNEL_MAX_ATTRS 6
-#define CU_ATTR_MAX_ITEMS 8
-#define CU_ATTR_MAX_STRING 32
+/* The launch limits of every reference plugin (common/include/oar_op_limits.h). */
+#define CU_KERNEL_MAX_INPUTS OAR_OP_MAX_INPUTS
+#define CU_KERNEL_MAX_OUTPUTS OAR_OP_MAX_OUTPUTS
+#define CU_KERNEL_MAX_ATTRS OAR_OP_MAX_ATTRS
+#define CU_ATTR_MAX_ITEMS OAR_OP_ATTR_MAX_ITEMS
+#define CU_ATTR_MAX_STRING OAR_OP_ATTR_MAX_STRING
 
-typedef enum op_kind {
-  OP_KIND_CREATION, OP_KIND_UNARY, OP_KIND_BINARY, OP_KIND_TERNARY, OP_KIND_REDUCTION, OP_KIND_MATMUL,
-  OP_KIND_NN, OP_KIND_INDEX, OP_KIND_MISC
-} op_kind;
-
-typedef enum out_rule { OUT_SAME, OUT_PROMOTE, OUT_FLOAT, OUT_FIXED, OUT_ATTR, OUT_SUM } out_rule;
-typedef enum input_role { ROLE_DATA, ROLE_INDEX, ROLE_CONDITION } input_role;
-
-struct op_attr_def {
-  const char* name;
-  int32_t type;
-  bool required;
-  int64_t default_int;
-  double default_float;
-  int32_t default_count;
-  const int64_t* default_ints;
-  const double* default_floats;
-  const char* default_string;
-};
-
+/* The op table's rows: op_kind, out_rule, input_role, op_attr_def, op_def (run takes a cu_launch). */
 struct cu_launch;
-
-struct op_def {
-  const char* name;
-  op_kind kind;
-  uint32_t min_inputs, max_inputs, num_outputs;
-  const char* input_names[CU_KERNEL_MAX_INPUTS];
-  uint8_t input_roles[CU_KERNEL_MAX_INPUTS];
-  const char* output_names[CU_KERNEL_MAX_OUTPUTS];
-  uint32_t num_attrs;
-  const op_attr_def* attrs;
-  uint32_t dtype_mask;
-  out_rule out_dtype;
-  uint8_t out_fixed_dtype;
-  bool broadcast;
-  oar_status (*run)(cu_launch* L);
-};
+#define OAR_OP_DEF_LAUNCH cu_launch
+#include "oar_op_def.h"
 
 struct kernel_attr {
   int32_t type;

@@ -22,12 +22,14 @@
 #include <string.h>
 
 #include "internal.h"
+#include "oar_op_limits.h"
 
-#define OCL_KERNEL_MAX_INPUTS 4
-#define OCL_KERNEL_MAX_OUTPUTS 2
-#define OCL_KERNEL_MAX_ATTRS 6
-#define OCL_ATTR_MAX_ITEMS 8
-#define OCL_ATTR_MAX_STRING 32
+/* The launch limits of every reference plugin (common/include/oar_op_limits.h). */
+#define OCL_KERNEL_MAX_INPUTS OAR_OP_MAX_INPUTS
+#define OCL_KERNEL_MAX_OUTPUTS OAR_OP_MAX_OUTPUTS
+#define OCL_KERNEL_MAX_ATTRS OAR_OP_MAX_ATTRS
+#define OCL_ATTR_MAX_ITEMS OAR_OP_ATTR_MAX_ITEMS
+#define OCL_ATTR_MAX_STRING OAR_OP_ATTR_MAX_STRING
 
 /* dtypes: the numbers of cl_shared.h */
 enum ocl_dtype {
@@ -44,43 +46,10 @@ uint8_t dtype_promote(uint8_t a, uint8_t b);
 uint64_t dtype_bits_from_double(uint8_t dtype, double value);
 uint64_t dtype_bits_from_int(uint8_t dtype, int64_t value);
 
-typedef enum op_kind {
-  OP_KIND_CREATION, OP_KIND_UNARY, OP_KIND_BINARY, OP_KIND_TERNARY, OP_KIND_REDUCTION, OP_KIND_MATMUL,
-  OP_KIND_NN, OP_KIND_INDEX, OP_KIND_MISC
-} op_kind;
-
-typedef enum out_rule { OUT_SAME, OUT_PROMOTE, OUT_FLOAT, OUT_FIXED, OUT_ATTR, OUT_SUM } out_rule;
-typedef enum input_role { ROLE_DATA, ROLE_INDEX, ROLE_CONDITION } input_role;
-
-typedef struct op_attr_def {
-  const char* name;
-  int32_t type;
-  bool required;
-  int64_t default_int;
-  double default_float;
-  int32_t default_count;
-  const int64_t* default_ints;
-  const double* default_floats;
-  const char* default_string;
-} op_attr_def;
-
+/* The op table's rows: op_kind, out_rule, input_role, op_attr_def, op_def (run takes an ocl_launch). */
 typedef struct ocl_launch ocl_launch;
-
-typedef struct op_def {
-  const char* name;
-  op_kind kind;
-  uint32_t min_inputs, max_inputs, num_outputs;
-  const char* input_names[OCL_KERNEL_MAX_INPUTS];
-  uint8_t input_roles[OCL_KERNEL_MAX_INPUTS];
-  const char* output_names[OCL_KERNEL_MAX_OUTPUTS];
-  uint32_t num_attrs;
-  const op_attr_def* attrs;
-  uint32_t dtype_mask;
-  out_rule out_dtype;
-  uint8_t out_fixed_dtype;
-  bool broadcast;
-  oar_status (*run)(ocl_launch* L);
-} op_def;
+#define OAR_OP_DEF_LAUNCH ocl_launch
+#include "oar_op_def.h"
 
 typedef struct kernel_attr {
   int32_t type;
