@@ -14,14 +14,16 @@
  *   cuda_selftest --rank R HEXID path/to/liboar_cuda.so   (a collectives rank)
  *
  * Exits 77 ("skipped: no CUDA device") when init finds no CUDA device. The
- * last line is "N passed, M failed"; the exit status is 1 on any failure. */
+ * last line is "N passed, M failed"; the exit status is 1 on any failure
+ * (the harness: tests/c/selftest.h). */
 #include <oar/cuda.h>
 #include <oar/device_api.h>
+
+#include "selftest.h" /* tests/c: CHECK, EXPECT_OK, EXPECT_STATUS, the summary and exit status */
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,40 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- harness ------------------------------------------------------------------------------ */
-
-static int passed, failed;
-static const oar_device_table* api;
-
-static void check(bool ok, int line, const char* format, ...) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  va_list args;
-  va_start(args, format);
-  fprintf(stderr, "FAIL cuda_selftest.c:%d: ", line);
-  vfprintf(stderr, format, args);
-  fprintf(stderr, "\n");
-  va_end(args);
-}
-
-#define CHECK(condition) check((condition), __LINE__, "%s", #condition)
-
-/* got must be want; a failing status must leave a message holding needle (if given) */
-static void expect(oar_status got, oar_status want, const char* needle, int line, const char* text) {
-  const char* message = api->get_last_error_message();
-  if (got == want && want != OAR_SUCCESS && needle && !strstr(message, needle)) {
-    check(false, line, "%s: message does not mention '%s': \"%s\"", text, needle, message);
-    return;
-  }
-  check(got == want, line, "%s returned %d, expected %d (message: \"%s\")", text, (int)got, (int)want,
-        got ? message : "");
-}
-
-#define EXPECT_OK(call) expect((call), OAR_SUCCESS, NULL, __LINE__, #call)
-#define EXPECT_STATUS(call, status, needle) expect((call), (status), (needle), __LINE__, #call)
+/* ---- helpers ------------------------------------------------------------------------------ */
 
 static const oar_dl_data_type F32 = {OAR_DL_FLOAT, 32, 1}, I64 = {OAR_DL_INT, 64, 1}, I32 = {OAR_DL_INT, 32, 1};
 
@@ -703,7 +672,7 @@ enum { COLL_COUNT = 1 << 16 };
 /* The collectives of one rank of nranks: sums of small integers in float32 are exact in any
    order, so every result is compared bit for bit. Returns the failures. */
 static int rank_collectives(oar_comm comm, int rank, int nranks) {
-  int before = failed;
+  int before = selftest_failed;
   float* host = malloc(nranks * COLL_COUNT * sizeof(float));
   float* back = malloc(nranks * COLL_COUNT * sizeof(float));
   for (int i = 0; i < COLL_COUNT; i++) host[i] = (float)((i % 1000) * (rank + 1));
@@ -763,7 +732,7 @@ static int rank_collectives(oar_comm comm, int rank, int nranks) {
   EXPECT_OK(api->mem_free(current_device, recv));
   free(host);
   free(back);
-  return failed - before;
+  return selftest_failed - before;
 }
 
 static void hex_of(const oar_unique_id* id, char* text) {
@@ -816,7 +785,7 @@ static void test_collectives(const char* self, const char* library) {
   if (codes[0] == 77 || codes[1] == 77)
     printf("note: two-rank collectives not tested: NCCL cannot form the communicator here (see the ranks' output)\n");
   else
-    check(codes[0] == 0 && codes[1] == 0, __LINE__, "two-rank collectives: rank exit codes %d, %d", codes[0], codes[1]);
+    check(codes[0] == 0 && codes[1] == 0, __FILE__, __LINE__, "two-rank collectives: rank exit codes %d, %d", codes[0], codes[1]);
 }
 
 /* A rank process: joins the id's communicator as rank of 2 and runs rank_collectives.
@@ -851,8 +820,8 @@ static int rank_main(int rank, const char* hex) {
   stream = saved;
   EXPECT_OK(api->comm_destroy(comm));
   EXPECT_OK(api->stream_destroy(own));
-  printf("rank %d: %d passed, %d failed\n", rank, passed, failed);
-  return failures || failed ? 1 : 0;
+  printf("rank %d: %d passed, %d failed\n", rank, selftest_passed, selftest_failed);
+  return failures || selftest_failed ? 1 : 0;
 }
 
 /* ---- main ------------------------------------------------------------------------------------------------- */
@@ -867,13 +836,11 @@ int main(int argc, char** argv) {
   const char* path = argv[argc - 1];
   void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!library) {
-    fprintf(stderr, "cuda_selftest: dlopen: %s\n", dlerror());
-    return 1;
+    return selftest_setup_failed("cuda_selftest: dlopen: %s", dlerror());
   }
   oar_plugin_init_fn init = (oar_plugin_init_fn)dlsym(library, "oar_plugin_init");
   if (!init) {
-    fprintf(stderr, "cuda_selftest: %s exports no oar_plugin_init\n", path);
-    return 1;
+    return selftest_setup_failed("cuda_selftest: %s exports no oar_plugin_init", path);
   }
   oar_plugin_params params;
   memset(&params, 0, sizeof params);
@@ -881,19 +848,17 @@ int main(int argc, char** argv) {
   params.host_abi_major = OAR_ABI_VERSION_MAJOR;
   params.host_abi_minor = OAR_ABI_VERSION_MINOR;
   if (init(&params) != OAR_SUCCESS || !params.table || strcmp(params.device_type, "cuda") != 0) {
-    fprintf(stderr, "cuda_selftest: oar_plugin_init failed\n");
-    return 1;
+    return selftest_setup_failed("cuda_selftest: oar_plugin_init failed");
   }
   api = params.table;
   int32_t count = 0;
   EXPECT_STATUS(api->device_count(&count), OAR_ERROR_NOT_INITIALIZED, "not initialized");
   oar_status status = api->init();
   if (status == OAR_ERROR_DEVICE_LOST && strstr(api->get_last_error_message(), "no CUDA device")) {
-    printf("skipped: %s\n", api->get_last_error_message());
-    return 77;
+    return selftest_skip("%s", api->get_last_error_message());
   }
   EXPECT_OK(status);
-  if (status != OAR_SUCCESS) return 1;
+  if (status != OAR_SUCCESS) return selftest_finish();
   if (rank_mode) {
     int code = rank_main(atoi(argv[2]), argv[3]);
     api->finalize();
@@ -916,6 +881,5 @@ int main(int argc, char** argv) {
   EXPECT_OK(api->stream_destroy(stream));
   EXPECT_OK(api->finalize());
   EXPECT_STATUS(api->device_count(&count), OAR_ERROR_NOT_INITIALIZED, "not initialized");
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return selftest_finish();
 }
