@@ -5,6 +5,7 @@
 #include <oar/device_api.h>
 #include <oar/refcpu.h>
 
+#include "oar_entry_decls.h"
 #include "oar_op_limits.h"
 
 #include <pthread.h>
@@ -115,8 +116,7 @@ void arena_usage(device_arena* arena, uint64_t* free_bytes, uint64_t* total);
 
 void host_memory_open(void);
 void host_memory_close(void);
-oar_status refcpu_host_alloc(int32_t device, size_t size, void** ptr);
-oar_status refcpu_host_free(int32_t device, void* ptr);
+OAR_DECLARE_HOST_MEMORY_ENTRIES(refcpu);
 
 /* ---- commands executed by stream workers --------------------------------- */
 
@@ -266,15 +266,7 @@ oar_status stream_current_error(refcpu_stream* stream, char* message,
 void stream_destroy_all(void);
 oar_status device_synchronize_streams(int32_t device);
 
-oar_status refcpu_stream_create(int32_t device, uint32_t flags,
-                                int32_t priority, oar_stream* stream);
-oar_status refcpu_stream_destroy(oar_stream stream);
-oar_status refcpu_stream_synchronize(oar_stream stream);
-oar_status refcpu_stream_query(oar_stream stream);
-oar_status refcpu_stream_wait_event(oar_stream stream, oar_event event);
-oar_status refcpu_stream_add_callback(oar_stream stream,
-                                      oar_stream_callback callback,
-                                      void* user_data);
+OAR_DECLARE_STREAM_ENTRIES(refcpu);
 
 /* ---- event.c ------------------------------------------------------------ */
 
@@ -300,25 +292,11 @@ oar_status event_current_marker(oar_event handle, int32_t device,
                                 const char* entry, event_marker** marker);
 void event_destroy_all(void);
 
-oar_status refcpu_event_create(int32_t device, uint32_t flags, oar_event* event);
-oar_status refcpu_event_destroy(oar_event event);
-oar_status refcpu_event_record(oar_event event, oar_stream stream);
-oar_status refcpu_event_synchronize(oar_event event);
-oar_status refcpu_event_query(oar_event event);
-oar_status refcpu_event_elapsed_time(oar_event start, oar_event end, float* ms);
+OAR_DECLARE_EVENT_ENTRIES(refcpu);
 
 /* ---- memory.c ----------------------------------------------------------- */
 
-oar_status refcpu_mem_alloc(int32_t device, size_t size, void** ptr);
-oar_status refcpu_mem_free(int32_t device, void* ptr);
-oar_status refcpu_memcpy_h2d(int32_t device, void* dst, const void* src, size_t size);
-oar_status refcpu_memcpy_d2h(int32_t device, void* dst, const void* src, size_t size);
-oar_status refcpu_memcpy_d2d(int32_t device, void* dst, const void* src, size_t size);
-oar_status refcpu_memcpy_h2d_async(oar_stream stream, void* dst, const void* src, size_t size);
-oar_status refcpu_memcpy_d2h_async(oar_stream stream, void* dst, const void* src, size_t size);
-oar_status refcpu_memcpy_d2d_async(oar_stream stream, void* dst, const void* src, size_t size);
-oar_status refcpu_mem_set(int32_t device, void* dst, uint8_t value, size_t size);
-oar_status refcpu_mem_set_async(oar_stream stream, void* dst, uint8_t value, size_t size);
+OAR_DECLARE_MEMORY_ENTRIES(refcpu);
 
 /* ---- device.c ----------------------------------------------------------- */
 
@@ -331,13 +309,7 @@ oar_status refcpu_device_memory_info(int32_t device, size_t* free_bytes, size_t*
 
 /* ---- kernels.c ---------------------------------------------------------- */
 
-oar_status refcpu_kernel_query(int32_t device, const char* op,
-                               const oar_dl_data_type* dtypes, size_t num_dtypes,
-                               oar_kernel* kernel);
-oar_status refcpu_kernel_launch(oar_stream stream, oar_kernel kernel,
-                                const oar_dl_tensor* inputs, size_t num_inputs,
-                                const oar_dl_tensor* outputs, size_t num_outputs,
-                                const oar_attr* attrs, size_t num_attrs);
+OAR_DECLARE_KERNEL_ENTRIES(refcpu);
 /* Runs on the worker; failures set the thread's last error. */
 oar_status kernel_execute(const kernel_command* kernel);
 const char* kernel_command_name(const kernel_command* kernel);
@@ -345,15 +317,7 @@ void kernel_destroy_all(void);
 
 /* ---- module.c ----------------------------------------------------------- */
 
-oar_status refcpu_module_compile(int32_t device, const char* lang,
-                                 const char* source, const char* options,
-                                 void** binary, size_t* binary_size);
-oar_status refcpu_module_binary_free(void* binary);
-oar_status refcpu_module_load(int32_t device, const void* binary,
-                              size_t binary_size, oar_module* module);
-oar_status refcpu_module_unload(oar_module module);
-oar_status refcpu_module_get_function(oar_module module, const char* name,
-                                      oar_function* function);
+OAR_DECLARE_MODULE_ENTRIES(refcpu);
 oar_status refcpu_launch(oar_stream stream, oar_function function,
                          const oar_launch_config* config,
                          const oar_kernel_arg* args, size_t num_args);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "cl_shared.h"
+#include "oar_entry_decls.h"
 
 #define OCL_VERSION "0.1.0"
 #define OCL_MAX_DIMS 8
@@ -226,55 +227,26 @@ void ocl_library_release(ocl_device* dev);
 /* Ensures the program exists (built) on dev: for module tests and warm-up. */
 oar_status ocl_program_ready(ocl_device* dev, int program);
 
-oar_status ocl_kernel_query(int32_t device, const char* op, const oar_dl_data_type* dtypes,
-                            size_t num_dtypes, oar_kernel* kernel);
-oar_status ocl_kernel_launch(oar_stream stream, oar_kernel kernel, const oar_dl_tensor* inputs,
-                             size_t num_inputs, const oar_dl_tensor* outputs, size_t num_outputs,
-                             const oar_attr* attrs, size_t num_attrs);
+OAR_DECLARE_KERNEL_ENTRIES(ocl);
 void ocl_kernels_release_all(void);
 
 /* ---- modules (module.c) ------------------------------------------------------------ */
 
-oar_status ocl_module_compile(int32_t device, const char* lang, const char* source, const char* options,
-                              void** binary, size_t* binary_size);
-oar_status ocl_module_binary_free(void* binary);
-oar_status ocl_module_load(int32_t device, const void* binary, size_t binary_size, oar_module* module);
-oar_status ocl_module_unload(oar_module module);
-oar_status ocl_module_get_function(oar_module module, const char* name, oar_function* function);
+OAR_DECLARE_MODULE_ENTRIES(ocl);
 oar_status ocl_module_launch(oar_stream stream, oar_function function, const oar_launch_config* config,
                       const oar_kernel_arg* args, size_t num_args);
 void ocl_modules_release_all(void);
 
-/* ---- the other entry points ----------------------------------------------------------- */
+/* ---- the other entry points (prototypes: common/include/oar_entry_decls.h) ------------- */
 
-oar_status ocl_mem_alloc(int32_t device, size_t size, void** ptr);
-oar_status ocl_mem_free(int32_t device, void* ptr);
-oar_status ocl_host_alloc(int32_t device, size_t size, void** ptr);
-oar_status ocl_host_free(int32_t device, void* ptr);
+OAR_DECLARE_MEMORY_ENTRIES(ocl);
+OAR_DECLARE_HOST_MEMORY_ENTRIES(ocl);
 void ocl_host_memory_release_all(void);
-oar_status ocl_memcpy_h2d(int32_t device, void* dst, const void* src, size_t size);
-oar_status ocl_memcpy_d2h(int32_t device, void* dst, const void* src, size_t size);
-oar_status ocl_memcpy_d2d(int32_t device, void* dst, const void* src, size_t size);
-oar_status ocl_memcpy_h2d_async(oar_stream stream, void* dst, const void* src, size_t size);
-oar_status ocl_memcpy_d2h_async(oar_stream stream, void* dst, const void* src, size_t size);
-oar_status ocl_memcpy_d2d_async(oar_stream stream, void* dst, const void* src, size_t size);
-oar_status ocl_mem_set(int32_t device, void* dst, uint8_t value, size_t size);
-oar_status ocl_mem_set_async(oar_stream stream, void* dst, uint8_t value, size_t size);
 oar_status ocl_device_memory_info(int32_t device, size_t* free_bytes, size_t* total_bytes);
 
-oar_status ocl_stream_create(int32_t device, uint32_t flags, int32_t priority, oar_stream* stream);
-oar_status ocl_stream_destroy(oar_stream stream);
-oar_status ocl_stream_synchronize(oar_stream stream);
-oar_status ocl_stream_query(oar_stream stream);
-oar_status ocl_stream_wait_event(oar_stream stream, oar_event event);
-oar_status ocl_stream_add_callback(oar_stream stream, oar_stream_callback callback, void* user_data);
+OAR_DECLARE_STREAM_ENTRIES(ocl);
 oar_status ocl_device_synchronize(int32_t device);
-oar_status ocl_event_create(int32_t device, uint32_t flags, oar_event* event);
-oar_status ocl_event_destroy(oar_event event);
-oar_status ocl_event_record(oar_event event, oar_stream stream);
-oar_status ocl_event_synchronize(oar_event event);
-oar_status ocl_event_query(oar_event event);
-oar_status ocl_event_elapsed_time(oar_event start, oar_event end, float* ms);
+OAR_DECLARE_EVENT_ENTRIES(ocl);
 
 oar_status ocl_profiler_start(int32_t device);
 oar_status ocl_profiler_stop(int32_t device);
