@@ -105,3 +105,34 @@ def test_unloaded_module(dev):
     assert not module.loaded
     with pytest.raises(oar.OarError, match="unloaded"):
         oar.launch(function, 1, 1, [])
+
+
+SLOW_FILL = r"""
+#include <stdint.h>
+#include <time.h>
+typedef struct { uint32_t block_idx[3]; uint32_t grid_dim[3]; uint32_t block_dim[3]; } oar_refcpu_work_item;
+
+/* sleeps 200 ms, then fills y with 7: long enough to still run when the host drops the module */
+void slow_fill(const oar_refcpu_work_item* item, void* const* args) {
+  float* y = *(float* const*)args[0];
+  int64_t n = *(const int64_t*)args[1];
+  struct timespec pause = {0, 200 * 1000 * 1000};
+  (void)item;
+  nanosleep(&pause, 0);
+  for (int64_t i = 0; i < n; i++) y[i] = 7.0f;
+}
+"""
+
+
+def test_a_module_dropped_while_its_launch_is_pending_stays_loaded_until_it_ran(dev):
+    """The ABI leaves module lifetime to the host: a launched function's module stays loaded
+    until the stream passed the launch, whatever the host program drops meanwhile."""
+    import gc
+
+    n = 64
+    buffer = oar.DeviceBuffer(4 * n, dev)
+    module = oar.module_load(oar.module_compile(SLOW_FILL, "c", device=dev), dev)
+    oar.launch(module.get_function("slow_fill"), grid=1, args=[buffer, np.int64(n)])
+    del module
+    gc.collect()
+    np.testing.assert_array_equal(buffer.to_numpy(np.float32), np.full(n, 7.0, np.float32))

@@ -137,6 +137,7 @@ void launch(Stream& stream, const Function& function, py::handle grid, py::handl
   }
   plugin.call("launch", plugin.table().launch, stream.handle(), function.handle,
               static_cast<const oar_launch_config*>(&config), kernel_args.empty() ? nullptr : kernel_args.data(), count);
+  stream.hold_until_complete(std::static_pointer_cast<void>(function.module));  // unloaded only after the launch ran
 }
 
 }  // namespace

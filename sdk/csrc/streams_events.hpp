@@ -41,7 +41,18 @@ class Stream : public PluginResource, public std::enable_shared_from_this<Stream
 
   // Keep host memory of an async copy alive until the stream is known to have passed it.
   void hold_until_complete(HostBuffer buffer) { held_buffers_.push_back(std::move(buffer)); }
-  void work_completed() { held_buffers_.clear(); }
+  // Keep a resource enqueued work uses (a module whose function was launched: the ABI has the
+  // host ensure no pending launch outlives it) alive until the stream is known to have passed it.
+  void hold_until_complete(std::shared_ptr<void> resource) {
+    for (const auto& held : held_resources_) {
+      if (held == resource) return;
+    }
+    held_resources_.push_back(std::move(resource));
+  }
+  void work_completed() {
+    held_buffers_.clear();
+    held_resources_.clear();
+  }
   void release_before_finalize() override;
   void device_synchronized(int32_t device) override {
     if (device == device_) work_completed();
@@ -60,6 +71,7 @@ class Stream : public PluginResource, public std::enable_shared_from_this<Stream
   oar_stream handle_ = nullptr;
   uint64_t resource_id_ = 0;
   std::vector<HostBuffer> held_buffers_;
+  std::vector<std::shared_ptr<void>> held_resources_;
 };
 
 class Event : public PluginResource, public std::enable_shared_from_this<Event> {
