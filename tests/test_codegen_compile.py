@@ -321,14 +321,18 @@ def test_vendor_targets_come_from_entry_points(monkeypatch):
 def test_opencl_and_cuda_targets_render_every_kernel_kind():
     def fn(x, w):
         y = F.rms_norm(x * 2.0, 16, w)
-        return (oar.softmax(y, dim=-1), oar.sum(x * x * 3.0, dim=[0]), oar.exp(x) + 1.0,
+        return (oar.softmax(y, dim=-1), oar.sum(y * 2.0, dim=[0]), oar.sum(x * x * 3.0, dim=[0]), oar.exp(x) + 1.0,
                 oar.cast(x * 2.0, dtype=oar.bfloat16), oar.cast(x * 3.0, dtype=oar.float16))
 
     recorder = Recorder()
-    observing(recorder, fn, _rand(8, 16), _rand(16, seed=9))
+    outputs = observing(recorder, fn, _rand(8, 16), _rand(16, seed=9))  # held: the kernels store them
     plan = plan_trace(recorder.finish())
+    assert all(u.kernel.stores for u in plan.units if isinstance(u, FusedUnit))
+    del outputs
     kinds = {u.kernel.kind for u in plan.units if isinstance(u, FusedUnit)}
     assert kinds == {"row", "col", "flat"}, kinds
+    assert any("colsum" in target.render(model_of(u.kernel, u.kernel.name)) for u in plan.units
+               if isinstance(u, FusedUnit) for target in builtin_targets()[:1])  # a column sum in a row kernel
     nvcc = shutil.which("nvcc")
     for target in builtin_targets():
         for unit in plan.units:
@@ -483,3 +487,19 @@ def test_keeping_a_fused_away_value_only_on_some_calls_is_reported():
         compiled(x)
     compiled(x)  # traced again
     assert compiled.stats.traces == 2, compiled.stats
+
+
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+def test_norm_weight_gradients_sum_columns_inside_the_row_kernel(norm):
+    w = _rand(96, seed=16)
+    w.requires_grad = True
+
+    def step(x):
+        w.grad = None
+        y = F.rms_norm(x, 96, w) if norm == "rms_norm" else F.layer_norm(x, 96, w)
+        (y * y).sum().backward()
+        return w.grad
+
+    x = _rand(700, 96)  # more rows than one grid point takes: partial column sums per point
+    _, explanation = _check_compiled(step, x, rtol=1e-4, atol=1e-4)
+    assert any(norm in ops and ops[-1] == "sum" for _, ops in explanation.kernels), str(explanation)

@@ -110,8 +110,8 @@ def build(trace: Trace, plan: Plan, target: Target, cache: kernel_cache.KernelCa
         launches = [(module.get_function(spec.name + stage), grid if not stage else 1, block if not stage else 1)
                     for stage in model.stages]
         scratch = None
-        if model.totals:  # per-row values of each sum over all rows, from the first stage to the second
-            scratch = oar.empty([len(model.totals) * spec.rows], dtype=oar.float32, device=trace.device)
+        if model.scratch_floats:  # what the first stage leaves the second (sums over all rows, column sums)
+            scratch = oar.empty([model.scratch_floats], dtype=oar.float32, device=trace.device)
         kernels[i] = BuiltKernel(spec.name, source, launches, list(spec.buffer_slots), hit,
                                  time.perf_counter() - started, scratch)
     return Executable(trace, plan, target, kernels, trace.device)

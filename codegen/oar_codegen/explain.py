@@ -39,8 +39,9 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     """Run fn(*args, **kwargs) once eagerly, traced, and say what compiling it would do."""
     target_fn = getattr(fn, "fn", fn)  # a CompiledFunction: the function it compiles
     recorder = Recorder()
-    observing(recorder, target_fn, *args, **kwargs)
-    trace = recorder.finish()
+    result = observing(recorder, target_fn, *args, **kwargs)
+    trace = recorder.finish()  # while the result is held: what the caller keeps is written
+    del result
     launches = [l for l in trace.launches if l.op != HOST_READ]
     result = Explanation(len(launches), host_reads=len(trace.launches) - len(launches))
     if not trace.device:

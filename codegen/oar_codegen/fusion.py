@@ -135,7 +135,7 @@ class _Planner:
                 split = len(shape)  # a function of per-row values (a reduction's result): one per row
             if split is None:
                 return False
-        elif (domain.rows, domain.cols) != (g.rows, g.cols) or (domain.kind == "col" and g.kind == "row"):
+        elif (domain.rows, domain.cols) != (g.rows, g.cols):
             return False
         else:
             shape, split = domain.shape, domain.split
@@ -157,7 +157,7 @@ class _Planner:
                     if ref.slot == slot and self._member_access(member, k) != out_accesses[0]:
                         return False
         self._add(group_id, index, launch, shape, split, out_accesses)
-        if domain.kind in ("row", "col") and g.kind != domain.kind:
+        if g.kind == "ew" and domain.kind != "ew":  # a column sum joining a row kernel keeps it a row kernel
             group.domain = Domain(domain.kind, g.shape, g.split)
         return True
 
@@ -279,8 +279,8 @@ class _Planner:
                     ins.append(values[source])
                 else:
                     ins.append(b.load(buffer(ref.slot, ref.dtype), access_of(ref, shape, split), ref.dtype))
-            domain = Domain(group.domain.kind if launch.op == "sum" and group.domain.kind == "col" else "row",
-                            shape, split)
+            column_sum = launch.op == "sum" and domain_of(launch).kind == "col"
+            domain = Domain("col" if column_sum else "row", shape, split)
             outs = lower(b, launch, ins, domain)
             for k, (ref, expr) in enumerate(zip(launch.outputs, outs)):
                 values[(index, k)] = expr

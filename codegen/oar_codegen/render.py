@@ -68,7 +68,15 @@ class KernelModel:
     prologue: list[str] = field(default_factory=list)   # before the rows: totals of loaded values
     epilogue: list[str] = field(default_factory=list)   # stage "_total": what needs the running totals
     totals: list[dict] = field(default_factory=list)    # running totals: {var, slot} in the scratch
-    scratch: int = -1                  # the buffer index of the per-row scratch (-1: none)
+    # column sums of computed values in a row kernel: each grid point sums its rows into its own
+    # slice of the scratch, the second stage adds the slices up: {n, store (of colsum_total)}
+    colsums: list[dict] = field(default_factory=list)
+    scratch: int = -1                  # the buffer index of the scratch (-1: none)
+
+    @property
+    def scratch_floats(self) -> int:
+        """Per-row values of the running totals, then a slice per grid point of each column sum."""
+        return len(self.totals) * self.rows + len(self.colsums) * self.points * self.cols
     stages: list[str] = field(default_factory=lambda: [""])  # function name suffixes, launched in order
 
 
@@ -233,6 +241,7 @@ def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
     reductions: dict = {}
     for s in spec.stores:
         _reductions_in(s.value, reductions)
+    reductions = {r: None for r in reductions if r.op != "reduce_" + COLUMN_SUM}
     memo: dict = {}
     prologue, running_updates, running = _totals(w, spec, index, memo)
     by_depth: dict[int, list[Expr]] = {}
@@ -263,12 +272,25 @@ def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
         _totals_in(s.value, found)
         return any(t in running for t in found)
 
+    def column_sum(s) -> bool:
+        return s.value.op == "reduce_" + COLUMN_SUM
+
+    scratch = len(spec.buffer_dtypes)  # the executor appends the scratch buffer last
+    colsums = []
     for s in spec.stores:
+        if column_sum(s):
+            value = w.expression(s.value.args[0], final.body, local, index)
+            n = len(colsums)
+            final.stores.append(f"b{scratch}[colsum{n}_base + {index}] += {value};")
+            colsums.append({"n": n, "store": w.store(s, "colsum_total", index)})
+    for s in spec.stores:
+        if column_sum(s):
+            continue
         if once_per_row(s) and not after_rows(s):
             row_stores.append(w.store(s, w.expression(s.value, [], {}, index), index))
     stream = spec.kind in ("row", "flat") and spec.rows * spec.cols >= _STREAM_MIN_ELEMENTS
     for s in spec.stores:
-        if not once_per_row(s) and not after_rows(s):
+        if not once_per_row(s) and not after_rows(s) and not column_sum(s):
             value = w.expression(s.value, final.body, local, index)
             final.stores.append(w.store(s, value, index))
             if stream and s.dtype == "float32" and s.access.col_stride == 1:
@@ -277,7 +299,6 @@ def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
                                        "row_base": " + ".join(base)})
     if len(final.streamed) != len(final.stores):
         final.streamed = []  # all or nothing: the streamed form replaces the loop's stores
-    scratch = len(spec.buffer_dtypes)  # the executor appends the scratch buffer last
     for slot, (total, var) in enumerate(running_updates):
         row_stores.append(f"b{scratch}[{slot} * rows + r] = {w.expression(total.args[0], [], {}, index)};")
     blocks.append(("row", w.pending))
@@ -295,10 +316,10 @@ def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
                 epilogue.append(w.store(s, w.expression(s.value, [], {}, index), index))
     buffers = _buffers(spec)
     extra = {}
-    if running:
+    if running or colsums:
         buffers.append({"index": scratch, "ctype": "float"})
         extra = dict(totals=[{"var": var, "slot": slot} for slot, (_, var) in enumerate(running_updates)],
-                     scratch=scratch, stages=["", "_total"])
+                     colsums=colsums, scratch=scratch, stages=["", "_total"])
     return KernelModel(name, spec.kind, spec.rows, spec.cols, buffers, blocks, row_stores, [],
                        " -> ".join(spec.ops), prologue=prologue, epilogue=epilogue, **extra)
 
