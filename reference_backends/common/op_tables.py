@@ -3,7 +3,7 @@ three generators share (cpu/gen_op_table.py, opencl/gen_opencl_tables.py,
 cuda/gen_cuda_tables.py).
 
 A generator gives a Plugin (its names: generator path, C prefix, entry-point fields,
-C or C++ initializers) and gets:
+C or C++ initializers) and the template of its prototypes to main(), which gets:
     <prefix>_op_decls.h   the kernel-limit assert, ATTR_<op>_<name> indices and the
                           plugin's prototypes (a template the plugin passes in),
     <prefix>_op_table.inc one op_def per op of implemented_ops.txt,
@@ -25,6 +25,7 @@ import ops_yaml
 @dataclasses.dataclass(frozen=True)
 class Plugin:
     generator: str         # path from the repo root, named in every generated file
+    file_prefix: str       # refcpu / ocl / cu: <file_prefix>_op_decls.h, <file_prefix>_op_table.inc
     plugin_dir: str        # reference_backends/<dir>, for implemented_ops.txt
     word: str              # "CPU", "OpenCL", "CUDA": in the --check-complete message
     limit_prefix: str      # REFCPU / OCL / CU: <prefix>_KERNEL_MAX_INPUTS ...
@@ -170,4 +171,31 @@ def check_complete(tool, plugin, args, ops, table):
               f"(not in {args.implemented}): {' '.join(missing)}", file=sys.stderr)
         return 1
     print(f"all {len(ops)} kernel ops of {args.ops_yaml} are implemented")
+    return 0
+
+
+def main(argv, doc, plugin, prototypes, any_error_names_file=True, extra_options=(), extra_outputs=None):
+    """A generator's whole run; returns its exit status.
+
+    extra_options: more options (e.g. "--cl-dir"), required like --out-dir unless --check-complete;
+    extra_outputs(args): {file name: text} written beside the table."""
+    tool = os.path.basename(plugin.generator)
+    parser = argument_parser(doc, extra_options)
+    args = parser.parse_args(argv)
+    loaded = load_or_report(tool, args, any_error_names_file)
+    if isinstance(loaded, int):
+        return loaded
+    schema_version, ops, table = loaded
+    if args.check_complete:
+        return check_complete(tool, plugin, args, ops, table)
+    required = ("--out-dir",) + tuple(extra_options)
+    if any(not getattr(args, option[2:].replace("-", "_")) for option in required):
+        verb = "is" if len(required) == 1 else "are"
+        parser.error(f"{' and '.join(required)} {verb} required unless --check-complete")
+    os.makedirs(args.out_dir, exist_ok=True)
+    write(os.path.join(args.out_dir, f"{plugin.file_prefix}_op_decls.h"),
+          render_decls(plugin, ops, table, schema_version, prototypes))
+    write(os.path.join(args.out_dir, f"{plugin.file_prefix}_op_table.inc"), render_table(plugin, table))
+    for name, text in (extra_outputs(args) if extra_outputs else {}).items():
+        write(os.path.join(args.out_dir, name), text)
     return 0

@@ -20,9 +20,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import op_tables  # noqa: E402
 
-TOOL = "gen_op_table.py"
 PLUGIN = op_tables.Plugin(
-    generator="reference_backends/cpu/gen_op_table.py", plugin_dir="cpu", word="CPU",
+    generator="reference_backends/cpu/gen_op_table.py",
+    file_prefix="refcpu", plugin_dir="cpu", word="CPU",
     limit_prefix="REFCPU", limits_header="internal.h", attrs_where="kernel_command.attrs",
     attr_enum="refcpu_attr_index", guard="REFCPU_OP_DECLS_H_",
     entry_fields=(("run", "refcpu_run_"), ("check", "refcpu_check_")),
@@ -37,21 +37,7 @@ oar_status refcpu_check_{{ op.name }}(kernel_command* cmd){% if op.check_optiona
 
 
 def main(argv=None):
-    parser = op_tables.argument_parser(__doc__)
-    args = parser.parse_args(argv)
-    loaded = op_tables.load_or_report(TOOL, args, any_error_names_file=False)
-    if isinstance(loaded, int):
-        return loaded
-    schema_version, ops, table = loaded
-    if args.check_complete:
-        return op_tables.check_complete(TOOL, PLUGIN, args, ops, table)
-    if not args.out_dir:
-        parser.error("--out-dir is required unless --check-complete")
-    os.makedirs(args.out_dir, exist_ok=True)
-    op_tables.write(os.path.join(args.out_dir, "refcpu_op_decls.h"),
-                    op_tables.render_decls(PLUGIN, ops, table, schema_version, PROTOTYPES))
-    op_tables.write(os.path.join(args.out_dir, "refcpu_op_table.inc"), op_tables.render_table(PLUGIN, table))
-    return 0
+    return op_tables.main(argv, __doc__, PLUGIN, PROTOTYPES, any_error_names_file=False)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import op_tables  # noqa: E402
 
-TOOL = "gen_cuda_tables.py"
 PLUGIN = op_tables.Plugin(
-    generator="reference_backends/cuda/gen_cuda_tables.py", plugin_dir="cuda", word="CUDA",
+    generator="reference_backends/cuda/gen_cuda_tables.py",
+    file_prefix="cu", plugin_dir="cuda", word="CUDA",
     limit_prefix="CU", limits_header="ops.h", attrs_where="cu_launch::attrs",
     attr_enum="cu_attr_index", guard="CU_OP_DECLS_H_", entry_fields=(("run", "cu_op_"),), cplusplus=True)
 
@@ -32,21 +32,7 @@ PROTOTYPES = """\
 
 
 def main(argv=None):
-    parser = op_tables.argument_parser(__doc__)
-    args = parser.parse_args(argv)
-    loaded = op_tables.load_or_report(TOOL, args, any_error_names_file=True)
-    if isinstance(loaded, int):
-        return loaded
-    schema_version, ops, table = loaded
-    if args.check_complete:
-        return op_tables.check_complete(TOOL, PLUGIN, args, ops, table)
-    if not args.out_dir:
-        parser.error("--out-dir is required unless --check-complete")
-    os.makedirs(args.out_dir, exist_ok=True)
-    op_tables.write(os.path.join(args.out_dir, "cu_op_decls.h"),
-                    op_tables.render_decls(PLUGIN, ops, table, schema_version, PROTOTYPES))
-    op_tables.write(os.path.join(args.out_dir, "cu_op_table.inc"), op_tables.render_table(PLUGIN, table))
-    return 0
+    return op_tables.main(argv, __doc__, PLUGIN, PROTOTYPES)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import op_tables  # noqa: E402
 
-TOOL = "gen_opencl_tables.py"
 PLUGIN = op_tables.Plugin(
-    generator="reference_backends/opencl/gen_opencl_tables.py", plugin_dir="opencl", word="OpenCL",
+    generator="reference_backends/opencl/gen_opencl_tables.py",
+    file_prefix="ocl", plugin_dir="opencl", word="OpenCL",
     limit_prefix="OCL", limits_header="ops.h", attrs_where="ocl_launch.attrs",
     attr_enum="ocl_attr_index", guard="OCL_OP_DECLS_H_", entry_fields=(("run", "ocl_op_"),))
 
@@ -63,22 +63,8 @@ def render_sources(cl_dir):
 
 
 def main(argv=None):
-    parser = op_tables.argument_parser(__doc__, extra=("--cl-dir",))
-    args = parser.parse_args(argv)
-    loaded = op_tables.load_or_report(TOOL, args, any_error_names_file=True)
-    if isinstance(loaded, int):
-        return loaded
-    schema_version, ops, table = loaded
-    if args.check_complete:
-        return op_tables.check_complete(TOOL, PLUGIN, args, ops, table)
-    if not args.out_dir or not args.cl_dir:
-        parser.error("--out-dir and --cl-dir are required unless --check-complete")
-    os.makedirs(args.out_dir, exist_ok=True)
-    op_tables.write(os.path.join(args.out_dir, "ocl_op_decls.h"),
-                    op_tables.render_decls(PLUGIN, ops, table, schema_version, PROTOTYPES))
-    op_tables.write(os.path.join(args.out_dir, "ocl_op_table.inc"), op_tables.render_table(PLUGIN, table))
-    op_tables.write(os.path.join(args.out_dir, "ocl_cl_sources.inc"), render_sources(args.cl_dir))
-    return 0
+    return op_tables.main(argv, __doc__, PLUGIN, PROTOTYPES, extra_options=("--cl-dir",),
+                          extra_outputs=lambda args: {"ocl_cl_sources.inc": render_sources(args.cl_dir)})
 
 
 if __name__ == "__main__":
