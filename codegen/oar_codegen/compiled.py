@@ -55,7 +55,8 @@ def _tensor_key(value: Any) -> Any:
         return "float"          # numbers become wrapped tensors: their values may change between calls
     if isinstance(value, (int, str, bool, type(None))):
         return value
-    return ("object", id(value))
+    # Other objects by type: what they change in the launches, the replay's matching catches.
+    return ("object", type(value).__module__, type(value).__qualname__)
 
 
 class CompiledFunction:
