@@ -109,3 +109,19 @@ def validate(instance, schema, root=None, where="$"):
 
 def results_schema() -> dict:
     return json.loads((resources.files("oar_conformance") / "results.schema.json").read_text())
+
+
+class OpsCaseContext:
+    """What oar_conformance.levels.ops.run_case reads of its context: a plugin's tests run the
+    conformance ops level's cases through it (tests/test_opencl_runtime.py, test_cuda_plugin.py)."""
+
+    def __init__(self, device: str, op: str, dtype: str, name: str):
+        self.device = device
+        self.test = type("TestId", (), {"id": f"ops.{op}.{dtype}.{name}"})()  # the conformance test's seed
+        self.details: dict = {}
+
+    @staticmethod
+    def fallback_count(op: str) -> int:
+        from oar import fallback
+
+        return fallback.fallback_stats().get(op, 0)

@@ -22,6 +22,8 @@ import oar
 from oar import plugin_manager
 from oar.plugins import opencl_library
 
+from conformance_helpers import OpsCaseContext
+
 # The runtime's own tests, re-run here on "opencl" through this module's `dev` fixture.
 from test_runtime_memory import (  # noqa: F401
     test_async_copy_keeps_a_temporary_host_buffer_alive, test_descriptors_check_their_extent,
@@ -99,28 +101,13 @@ def _op_cases():
             for op, dtype, name in test_list() if name != "large"]
 
 
-class _Case:
-    """What oar_conformance.levels.ops.run_case reads of its context."""
-
-    def __init__(self, device: str, op: str, dtype: str, name: str):
-        self.device = device
-        self.test = type("TestId", (), {"id": f"ops.{op}.{dtype}.{name}"})()  # the conformance test's seed
-        self.details: dict = {}
-
-    @staticmethod
-    def fallback_count(op: str) -> int:
-        from oar import fallback
-
-        return fallback.fallback_stats().get(op, 0)
-
-
 @pytest.mark.parametrize("op, dtype, name", _op_cases())
 def test_op_against_the_reference(dev, op, dtype, name):
     from oar_conformance.levels.ops import run_case
     from oar_conformance.registry import Failure, Fallback
 
     try:
-        run_case(_Case(dev, op, dtype, name), op, dtype, name)
+        run_case(OpsCaseContext(dev, op, dtype, name), op, dtype, name)
     except Fallback as error:  # the plugin must have a kernel for every op and dtype of ops.yaml
         if dtype == "float64" and not _has_fp64(dev):
             pytest.skip("the device has no cl_khr_fp64: float64 runs on the host fallback")
