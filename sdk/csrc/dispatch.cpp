@@ -459,6 +459,21 @@ int attr_index(const OpSchema& op, PyObject* name) {
   return -1;
 }
 
+// attrs from a dict of Python values (nullptr: none) by name, then the schema's defaults.
+void read_attrs(const OpSchema& op, PyObject* kwargs, Attrs& attrs) {
+  if (kwargs != nullptr) {
+    PyObject *name, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(kwargs, &pos, &name, &value)) {
+      int index = attr_index(op, name);
+      if (index < 0) throw py::type_error(op.name + "(): unknown attr " + py::str(name).cast<std::string>());
+      convert_attr(op, op.attrs[index], value, attrs.local[index]);
+      attrs.values[index] = &attrs.local[index];
+    }
+  }
+  attrs.use_defaults(op);
+}
+
 int input_index(const OpSchema& op, PyObject* name) {
   for (size_t k = 0; k < op.inputs.size(); ++k) {
     if (PyUnicode_CompareWithASCIIString(name, op.inputs[k].name.c_str()) == 0) return static_cast<int>(k);
@@ -648,23 +663,27 @@ struct Operand {
   const Dims* strides = nullptr;  // nullptr: impl->strides
 };
 
+// The operands as tensors (views with the shape and strides the kernel sees): for the host
+// fallback and the launch observer.
+py::tuple operand_tensors(const Operand* operands, size_t count) {
+  py::tuple tuple(count);
+  for (size_t k = 0; k < count; ++k) {
+    const TensorImpl& impl = *operands[k].impl;
+    TensorImpl view = view_impl(impl, operands[k].shape ? *operands[k].shape : impl.shape,
+                                operands[k].strides ? *operands[k].strides : impl.strides, impl.offset);
+    view.wrapped_number = impl.wrapped_number;
+    tuple[k] = py::reinterpret_steal<py::object>(wrap_tensor(std::move(view)));
+  }
+  return tuple;
+}
+
 PyObject* g_fallback = nullptr;  // oar.fallback._run
 
 void run_fallback(const OpSchema& op, const Operand* inputs, size_t num_inputs, const Operand* outputs,
                   size_t num_outputs, const Attrs& attrs) {
   if (g_fallback == nullptr) g_fallback = py::object(py::module_::import("oar.fallback").attr("_run")).release().ptr();
-  auto as_objects = [](const Operand* operands, size_t count) {
-    py::tuple tuple(count);
-    for (size_t k = 0; k < count; ++k) {
-      const TensorImpl& impl = *operands[k].impl;
-      TensorImpl view = view_impl(impl, operands[k].shape ? *operands[k].shape : impl.shape,
-                                  operands[k].strides ? *operands[k].strides : impl.strides, impl.offset);
-      tuple[k] = py::reinterpret_steal<py::object>(wrap_tensor(std::move(view)));
-    }
-    return tuple;
-  };
-  py::tuple in = as_objects(inputs, num_inputs);
-  py::tuple out = as_objects(outputs, num_outputs);
+  py::tuple in = operand_tensors(inputs, num_inputs);
+  py::tuple out = operand_tensors(outputs, num_outputs);
   py::object attrs_object = py::reinterpret_steal<py::object>(attrs_dict(op, attrs));
   PyObject* args[] = {op.name_str, in.ptr(), out.ptr(), attrs_object.ptr()};
   PyObject* result = PyObject_Vectorcall(g_fallback, args, 4, nullptr);
@@ -690,18 +709,6 @@ std::string launch_signature(const OpSchema& op, const Operand* inputs, size_t n
 }
 
 // ---- the launch observer (oar_codegen's tracer) ------------------------------------------------
-
-py::tuple operand_tensors(const Operand* operands, size_t count) {
-  py::tuple tuple(count);
-  for (size_t k = 0; k < count; ++k) {
-    const TensorImpl& impl = *operands[k].impl;
-    TensorImpl view = view_impl(impl, operands[k].shape ? *operands[k].shape : impl.shape,
-                                operands[k].strides ? *operands[k].strides : impl.strides, impl.offset);
-    view.wrapped_number = impl.wrapped_number;
-    tuple[k] = py::reinterpret_steal<py::object>(wrap_tensor(std::move(view)));
-  }
-  return tuple;
-}
 
 // True when the observer took the launch. fresh_outputs: the outputs were just allocated for it.
 bool observer_takes(const OpSchema& op, const Operand* inputs, size_t num_inputs, const Operand* outputs,
@@ -1121,17 +1128,7 @@ PyObject* call_schema(const OpSchema& op, std::initializer_list<PyObject*> input
   size_t k = 0;
   for (PyObject* input : inputs) call.inputs[k++] = input;
   call.num_inputs = k;
-  if (kwargs != nullptr) {
-    PyObject *name, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(kwargs, &pos, &name, &value)) {
-      int index = attr_index(op, name);
-      if (index < 0) throw py::type_error(op.name + "(): unknown attr " + py::str(name).cast<std::string>());
-      convert_attr(op, op.attrs[index], value, call.attrs.local[index]);
-      call.attrs.values[index] = &call.attrs.local[index];
-    }
-  }
-  call.attrs.use_defaults(op);
+  read_attrs(op, kwargs, call.attrs);
   return run(op, call.inputs, call.num_inputs, call.attrs);
 }
 
@@ -2193,15 +2190,7 @@ void register_dispatch(py::module_& module) {
     call.num_inputs = inputs.size();
     py::list kept(inputs);
     for (size_t k = 0; k < call.num_inputs; ++k) call.inputs[k] = kept[k].is_none() ? nullptr : kept[k].ptr();
-    if (!attrs.is_none()) {
-      for (auto [key, value] : py::dict(attrs)) {
-        int index = attr_index(op, key.ptr());
-        if (index < 0) throw py::type_error(op.name + "(): unknown attr " + py::str(key).cast<std::string>());
-        convert_attr(op, op.attrs[index], value.ptr(), call.attrs.local[index]);
-        call.attrs.values[index] = &call.attrs.local[index];
-      }
-    }
-    call.attrs.use_defaults(op);
+    read_attrs(op, attrs.is_none() ? nullptr : py::dict(attrs).ptr(), call.attrs);
     py::object result = py::reinterpret_steal<py::object>(run(op, call.inputs, call.num_inputs, call.attrs));
     if (py::isinstance<py::tuple>(result)) return py::tuple(result);
     return py::tuple(py::make_tuple(result));
@@ -2227,19 +2216,12 @@ void register_dispatch(py::module_& module) {
     for (size_t k = 0; k < kept_out.size(); ++k) out[k] = Operand{&tensor_of(kept_out[k], "an output"), nullptr, nullptr};
     if (kept_out.size() == 0) throw py::value_error(op_name + ": _launch_now needs an output");
     Call call;  // only its attrs
-    auto& call_attrs = call.attrs;
-    for (auto [key, value] : attrs) {
-      int index = attr_index(op, key.ptr());
-      if (index < 0) throw py::type_error(op.name + "(): unknown attr " + py::str(key).cast<std::string>());
-      convert_attr(op, op.attrs[index], value.ptr(), call_attrs.local[index]);
-      call_attrs.values[index] = &call_attrs.local[index];
-    }
-    call_attrs.use_defaults(op);
+    read_attrs(op, attrs.ptr(), call.attrs);
     DeviceInfo* device = out[0].impl->device();
     PyObject* observer = t_launch_observer;  // this launch is the observer's own: not observed
     t_launch_observer = nullptr;
     try {
-      launch(op, device, *current_stream(device), in, kept_in.size(), out, kept_out.size(), call_attrs);
+      launch(op, device, *current_stream(device), in, kept_in.size(), out, kept_out.size(), call.attrs);
     } catch (...) {
       t_launch_observer = observer;
       throw;
