@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from oar_codegen.ir import Access, Expr, ExprBuilder
+from oar_codegen.ir import Access, Expr, ExprBuilder, walk
 from oar_codegen.lower import Domain, LoweringRefused, access_of, domain_of, lower
 from oar_codegen.trace import HOST_READ, Launch, Trace
 
@@ -184,11 +184,11 @@ class _Planner:
                 access = Access(ref.offset, 0, 0)  # the mean or sum over rows
             elif domain.kind == "row":  # one value per row, rows dense
                 access = Access(ref.offset, 1 if math.prod(shape[:split]) > 1 else 0, 0)
-                if math.prod(ref.shape) != math.prod(shape[:split]) or not _dense(ref):
+                if math.prod(ref.shape) != math.prod(shape[:split]) or not ref.dense:
                     return None
             else:  # col: one value per column
                 access = Access(ref.offset, 0, 1 if math.prod(shape[split:]) > 1 else 0)
-                if math.prod(ref.shape) != math.prod(shape[split:]) or not _dense(ref):
+                if math.prod(ref.shape) != math.prod(shape[split:]) or not ref.dense:
                     return None
             if access is None:
                 return None
@@ -318,29 +318,9 @@ def _sums_all_rows(launch: Launch) -> bool:
     return launch.op == "cross_entropy" and launch.attrs.get("reduction", "mean") != "none"
 
 
-def _dense(ref) -> bool:
-    expected = 1
-    for size, stride in reversed(list(zip(ref.shape, ref.strides))):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
-
-
 def _accesses(stores: list[Store]):
-    seen = set()
-    stack = [s.value for s in stores]
-    for s in stores:
-        yield s.access
-    while stack:
-        e = stack.pop()
-        if e in seen:
-            continue
-        seen.add(e)
-        if e.op == "load":
-            yield e.args[1]
-        elif e.op not in ("const", "col"):
-            stack.extend(e.args)
+    yield from (s.access for s in stores)
+    yield from (e.args[1] for e in walk(s.value for s in stores) if e.op == "load")
 
 
 def _linear(access: Access, cols: int) -> bool:

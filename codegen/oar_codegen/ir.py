@@ -10,8 +10,9 @@ so a subexpression two ops share is computed once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator
 
-__all__ = ["Access", "Expr", "ExprBuilder", "ROW_REDUCTIONS", "COLUMN_SUM", "TOTAL_SUM"]
+__all__ = ["Access", "Expr", "ExprBuilder", "ROW_REDUCTIONS", "COLUMN_SUM", "TOTAL_SUM", "walk"]
 
 ROW_REDUCTIONS = ("sum", "max", "min")
 COLUMN_SUM = "colsum"  # the sum over rows of a "col" kernel: one value per column
@@ -91,3 +92,16 @@ class ExprBuilder:
 
     def div(self, a: Expr, b: Expr) -> Expr:
         return self.call("div", a, b)
+
+
+def walk(roots: Iterable[Expr]) -> Iterator[Expr]:
+    """Every distinct expression the roots are made of, each once (the roots included)."""
+    stack, seen = list(roots), set()
+    while stack:
+        e = stack.pop()
+        if e in seen:
+            continue
+        seen.add(e)
+        yield e
+        if e.op not in ("load", "const", "col"):
+            stack.extend(e.args)

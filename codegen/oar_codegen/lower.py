@@ -132,7 +132,7 @@ def domain_of(launch: Launch) -> Domain:
         if ref.dtype not in FLOATS and not (ref.dtype == "bool" and op in _BOOL_OK):
             raise LoweringRefused(f"{op} on {ref.dtype} (fusion handles float32, float16 and bfloat16, "
                                   "and bool conditions)")
-    if not launch.fresh and (op != "copy" or not _dense(launch.outputs[0])):
+    if not launch.fresh and (op != "copy" or not launch.outputs[0].dense):
         raise LoweringRefused(f"{op} writes into a strided view of an existing tensor")
     if any(math.prod(ref.shape) == 0 for ref in launch.inputs + launch.outputs):
         raise LoweringRefused(f"{op} on an empty tensor")
@@ -163,10 +163,6 @@ def domain_of(launch: Launch) -> Domain:
     xs = launch.inputs[1].shape if op.endswith("_backward_input") else x
     k = int(launch.attrs.get("normalized_ndim", 1))
     return Domain("row", tuple(xs), len(xs) - k)
-
-
-def _dense(ref: Ref) -> bool:
-    return _collapse(ref.shape, ref.strides) in (1, 0) and all(s != 0 for s, n in zip(ref.strides, ref.shape) if n != 1)
 
 
 # ---- expressions -----------------------------------------------------------------------------

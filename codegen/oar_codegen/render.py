@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from oar_codegen.fusion import KernelSpec
-from oar_codegen.ir import COLUMN_SUM, TOTAL_SUM, Expr
+from oar_codegen.ir import COLUMN_SUM, TOTAL_SUM, Access, Expr, walk
 
 __all__ = ["KernelModel", "model_of", "float_literal"]
 
@@ -73,32 +73,42 @@ class KernelModel:
     colsums: list[dict] = field(default_factory=list)
     scratch: int = -1                  # the buffer index of the scratch (-1: none)
 
+    stages: list[str] = field(default_factory=lambda: [""])  # function name suffixes, launched in order
+
     @property
     def scratch_floats(self) -> int:
         """Per-row values of the running totals, then a slice per grid point of each column sum."""
         return len(self.totals) * self.rows + len(self.colsums) * self.points * self.cols
-    stages: list[str] = field(default_factory=lambda: [""])  # function name suffixes, launched in order
 
 
 class _Writer:
+    """Statements of a kernel: element-scope ones go to the lines a loop passes in, row-scope ones
+    (values the same for every column) to ``pending``, emitted before the next loop."""
+
     def __init__(self, spec: KernelSpec):
         self.spec = spec
         self.row_vars: dict[Expr, str] = {}
+        self.pending: list[str] = []
         self.count = 0
 
     def _var(self) -> str:
         self.count += 1
         return f"t{self.count}"
 
-    def load(self, e: Expr, index: str) -> str:
-        buffer, access = e.args
-        dtype = self.spec.buffer_dtypes[buffer]
+    @staticmethod
+    def address(buffer: int, access: Access, index: str) -> str:
+        """Element (r, index) of buffer b<buffer> by access."""
         parts = [str(access.offset)] if access.offset else []
         if access.row_stride:
             parts.append(f"r * {access.row_stride}")
-        if access.col_stride and not e.per_row:
-            parts.append(f"{index}" if access.col_stride == 1 else f"{index} * {access.col_stride}")
-        address = f"b{buffer}[{' + '.join(parts) or '0'}]"
+        if access.col_stride:
+            parts.append(index if access.col_stride == 1 else f"{index} * {access.col_stride}")
+        return f"b{buffer}[{' + '.join(parts) or '0'}]"
+
+    def load(self, e: Expr, index: str) -> str:
+        buffer, access = e.args
+        dtype = self.spec.buffer_dtypes[buffer]
+        address = self.address(buffer, access, index)
         if dtype == "bool":
             return f"({address} != 0)"
         if dtype in _HALF_LOADS:
@@ -116,6 +126,8 @@ class _Writer:
             return float_literal(e.args[0])
         if e.op == TOTAL_SUM:
             raise AssertionError("a total used before it was computed")
+        target_lines = self.pending if e.per_row else lines
+        target_local = self.row_vars if e.per_row else local
         if e.op == "col":
             text = f"(float){index}"
         elif e.op == "load":
@@ -123,8 +135,6 @@ class _Writer:
         elif e.is_reduction:
             raise AssertionError(f"reduction {e.op} used before it was computed")
         else:
-            target_lines = self.pending if e.per_row else lines
-            target_local = self.row_vars if e.per_row else local
             args = [self.expression(a, target_lines, target_local, index) for a in e.args]
             if e.op in _INFIX:
                 text = f"({args[0]} {_INFIX[e.op]} {args[1]})"
@@ -140,48 +150,18 @@ class _Writer:
                 text = f"({args[0]} ? 1.0f : 0.0f)"
             else:
                 text = f"oar_{e.op}({', '.join(args)})"
-            var = self._var()
-            ctype = "int" if e.dtype == "bool" else "float"
-            target_lines.append(f"const {ctype} {var} = {text};")
-            target_local[e] = var
-            return var
         var = self._var()
-        ctype = "int" if e.dtype == "bool" else "float"
-        if e.per_row:
-            self.pending.append(f"const {ctype} {var} = {text};")
-            self.row_vars[e] = var
-        else:
-            lines.append(f"const {ctype} {var} = {text};")
-            local[e] = var
+        target_lines.append(f"const {'int' if e.dtype == 'bool' else 'float'} {var} = {text};")
+        target_local[e] = var
         return var
 
     def store(self, store, value: str, index: str) -> str:
-        access = store.access
-        parts = [str(access.offset)] if access.offset else []
-        if access.row_stride:
-            parts.append(f"r * {access.row_stride}")
-        if access.col_stride:
-            parts.append(index if access.col_stride == 1 else f"{index} * {access.col_stride}")
-        address = f"b{store.buffer}[{' + '.join(parts) or '0'}]"
+        address = self.address(store.buffer, store.access, index)
         if store.dtype == "bool":
             return f"{address} = (unsigned char)({value} != 0);"
         if store.dtype in _HALF_STORES:
             return f"{address} = {_HALF_STORES[store.dtype]}({value});"
         return f"{address} = {value};"
-
-
-def _reductions_in(e: Expr, found: dict) -> None:
-    stack = [e]
-    seen = set()
-    while stack:
-        x = stack.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        if x.is_reduction:
-            found.setdefault(x, None)
-        if x.op not in ("load", "const", "col"):
-            stack.extend(x.args)
 
 
 def _depth(e: Expr, memo: dict) -> int:
@@ -195,26 +175,15 @@ def _depth(e: Expr, memo: dict) -> int:
     return memo[e]
 
 
-def _totals_in(e: Expr, found: dict) -> None:
-    stack, seen = [e], set()
-    while stack:
-        x = stack.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        if x.op == TOTAL_SUM:
-            found.setdefault(x, None)
-        if x.op not in ("load", "const", "col"):
-            stack.extend(x.args)
+def _totals_in(e: Expr) -> list[Expr]:
+    return [x for x in walk([e]) if x.op == TOTAL_SUM]
 
 
 def _totals(w: "_Writer", spec: KernelSpec, index: str, memo: dict):
     """Totals of loaded values are summed before the rows (every grid point sums them itself);
-    totals of computed values accumulate row by row (the kernel then runs on one grid point) and
-    what uses them is computed and stored after the rows."""
-    found: dict = {}
-    for s in spec.stores:
-        _totals_in(s.value, found)
+    totals of computed values leave one value per row in the scratch, and the second stage adds
+    them up and computes and stores what uses them."""
+    found = dict.fromkeys(x for x in walk(s.value for s in spec.stores) if x.op == TOTAL_SUM)
     prologue, running_updates, running = [], [], set()
     for total in found:
         var = w._var()
@@ -237,11 +206,7 @@ def _totals(w: "_Writer", spec: KernelSpec, index: str, memo: dict):
 
 def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
     w = _Writer(spec)
-    w.pending = []
-    reductions: dict = {}
-    for s in spec.stores:
-        _reductions_in(s.value, reductions)
-    reductions = {r: None for r in reductions if r.op != "reduce_" + COLUMN_SUM}
+    reductions = [r for r in walk(s.value for s in spec.stores) if r.is_reduction and r.op != "reduce_" + COLUMN_SUM]
     memo: dict = {}
     prologue, running_updates, running = _totals(w, spec, index, memo)
     by_depth: dict[int, list[Expr]] = {}
@@ -268,9 +233,7 @@ def _row_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
         return s.value.per_row and s.access.col_stride == 0
 
     def after_rows(s) -> bool:
-        found: dict = {}
-        _totals_in(s.value, found)
-        return any(t in running for t in found)
+        return any(t in running for t in _totals_in(s.value))
 
     def column_sum(s) -> bool:
         return s.value.op == "reduce_" + COLUMN_SUM
@@ -334,7 +297,6 @@ def _buffers(spec: KernelSpec) -> list[dict]:
 
 def _col_model(spec: KernelSpec, name: str, index: str) -> KernelModel:
     w = _Writer(spec)
-    w.pending = []
     body: list[str] = []
     local: dict = {}
     sums, stores = [], []

@@ -4,13 +4,11 @@ its launches were seen (so the device works while Python goes on)."""
 
 from __future__ import annotations
 
-import collections
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 from oar_codegen import executor
-from oar_codegen.trace import HOST_READ, Recorder, Trace, host_read_signature, signature_of
+from oar_codegen.trace import HOST_READ, Recorder, Trace, host_read_signature, referenced_elsewhere, signature_of
 
 __all__ = ["Entry", "Replay"]
 
@@ -120,16 +118,8 @@ class Replay:
     def observable_now(self) -> set[int]:
         """Fresh slots (of the matched trace) that the caller still references."""
         entry, binding, _ = self.alive[0]
-        by_ptr = {ptr: slot for slot, ptr in binding.items() if entry.trace.slot_kinds[slot] == "fresh"}
-        holds: dict[int, int] = collections.Counter()
-        sample: dict[int, Any] = {}
-        for _, ins, outs, _, _ in self.seen:
-            for t in ins + outs:
-                slot = by_ptr.get(t._storage_ptr())
-                if slot is not None:
-                    holds[slot] += 1
-                    sample.setdefault(slot, t)
-        return {slot for slot, t in sample.items() if t._storage_use_count() > holds[slot]}
+        fresh = {ptr: slot for slot, ptr in binding.items() if entry.trace.slot_kinds[slot] == "fresh"}
+        return referenced_elsewhere((t for _, ins, outs, _, _ in self.seen for t in ins + outs), fresh)
 
     def finish(self) -> str | Trace:
         """Run the rest of the plan, or say why not: returns "replayed", or a new trace."""

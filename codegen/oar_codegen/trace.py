@@ -19,11 +19,12 @@ the rest of the call is traced afresh.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from oar import _C
 
-__all__ = ["Ref", "Launch", "Trace", "Recorder", "HOST_READ", "host_read_signature", "signature_of", "observing"]
+__all__ = ["Ref", "Launch", "Trace", "Recorder", "HOST_READ", "host_read_signature", "signature_of", "observing",
+           "referenced_elsewhere"]
 
 HOST_READ = "host_read"  # the pseudo-launch of a host read: a barrier
 
@@ -37,6 +38,16 @@ class Ref:
     strides: tuple[int, ...]
     dtype: str
     wrapped: bool  # a Python number made a 0-d tensor by the runtime: read-only, any value
+
+    @property
+    def dense(self) -> bool:
+        """Its elements lie row-major and contiguous (size-1 dims' strides do not matter)."""
+        expected = 1
+        for size, stride in reversed(list(zip(self.shape, self.strides))):
+            if size != 1 and stride != expected:
+                return False
+            expected *= size
+        return True
 
 
 @dataclass
@@ -125,18 +136,25 @@ class Recorder:
 
     def finish(self) -> Trace:
         """The trace, once the call returned: which fresh storages are still referenced elsewhere."""
-        holds: dict[int, int] = {}
-        first: dict[int, Any] = {}
-        for t in self.held:
-            slot = self.slots[t._storage_ptr()]
-            holds[slot] = holds.get(slot, 0) + 1
-            first.setdefault(slot, t)
-        observable = {slot for slot, t in first.items()
-                      if self.slot_kinds[slot] == "fresh" and t._storage_use_count() > holds[slot]}
+        fresh = {address: slot for address, slot in self.slots.items() if self.slot_kinds[slot] == "fresh"}
+        observable = referenced_elsewhere(self.held, fresh)
         device = next(iter(self.devices)) if len(self.devices) == 1 else ""
         trace = Trace(self.launches, self.slot_kinds, observable, device)
         self.held = []
         return trace
+
+
+def referenced_elsewhere(held: Iterable, slot_of_storage: dict[int, int]) -> set[int]:
+    """The slots (by storage address) whose storage something besides the held tensors references:
+    its use count exceeds the holds of these tensors (each view holds the storage once)."""
+    holds: dict[int, int] = {}
+    sample: dict[int, Any] = {}
+    for t in held:
+        slot = slot_of_storage.get(t._storage_ptr())
+        if slot is not None:
+            holds[slot] = holds.get(slot, 0) + 1
+            sample.setdefault(slot, t)
+    return {slot for slot, t in sample.items() if t._storage_use_count() > holds[slot]}
 
 
 def observing(observer: Any | None, fn: Callable, *args, **kwargs):
