@@ -23,7 +23,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from oar import _C
+import oar
+from oar import autograd
 
 from oar_codegen import executor
 from oar_codegen.fusion import plan_trace
@@ -45,7 +46,7 @@ class CompileStats:
 
 
 def _tensor_key(value: Any) -> Any:
-    if isinstance(value, _C.TensorBase):
+    if oar.is_tensor(value):
         return ("tensor", tuple(value.shape), value.dtype.name, str(value.device), value.requires_grad)
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(_tensor_key(v) for v in value))
@@ -173,12 +174,10 @@ class CompiledModule:
         self.__dict__["backward_compiler"] = _BackwardCompiler(**options)
 
     def __call__(self, *args, **kwargs):
-        from oar.autograd import engine, is_grad_enabled
-
         result = self.forward(*args, **kwargs)
-        if is_grad_enabled():
+        if autograd.is_grad_enabled():
             compiler = self.__dict__["backward_compiler"]
-            engine._backward_compiler = compiler
+            autograd.set_backward_compiler(compiler)
             compiler.armed.value = True
         return result
 
@@ -190,15 +189,13 @@ class _BackwardCompiler:
     """Runs autograd's backward as a compiled function (its launches replayed like any other)."""
 
     def __init__(self, **options):
-        from oar.autograd import engine
-
         self.armed = threading.local()
         self.compiled = CompiledFunction(
-            lambda pairs, retain_graph: engine.run_backward(pairs, retain_graph=retain_graph), **options)
+            lambda roots, retain_graph, backward_pass: backward_pass(roots, retain_graph=retain_graph), **options)
 
-    def wants(self, pairs) -> bool:
+    def wants(self, roots) -> bool:
         return getattr(self.armed, "value", False)
 
-    def run(self, pairs, retain_graph: bool) -> None:
+    def run(self, roots, retain_graph: bool, backward_pass) -> None:
         self.armed.value = False
-        self.compiled(list(pairs), retain_graph)
+        self.compiled(list(roots), retain_graph, backward_pass)

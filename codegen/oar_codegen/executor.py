@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 import oar
-from oar import _C
+from oar import capture
 from oar.devices import resolve
 from oar.streams import stream_of_device_name
 
@@ -24,7 +24,7 @@ __all__ = ["BuiltKernel", "Executable", "build", "run_eagerly"]
 class BuiltKernel:
     name: str
     source: str
-    launches: list[tuple]     # (oar._C.Function, grid, block) in order: the stages of the kernel
+    launches: list[tuple]     # (a loaded module's function, grid, block) in order: the stages of the kernel
     buffer_slots: list[int]
     cache_hit: bool
     build_seconds: float
@@ -63,12 +63,12 @@ class Executable:
             unit = self.plan.units[i]
             if isinstance(unit, EagerUnit):
                 op, ins, outs, attrs = seen[unit.launch][:4]
-                _C._launch_now(op, ins, outs, attrs)
+                capture.launch_now(op, ins, outs, attrs)
                 continue
             kernel = self.kernels[i]
             args = [("device_ptr", binding[slot]) for slot in kernel.buffer_slots]
             if kernel.scratch is not None:
-                args.append(("device_ptr", kernel.scratch._storage_ptr()))
+                args.append(("device_ptr", capture.storage_address(kernel.scratch)))
             for function, grid, block in kernel.launches:
                 function.module.plugin.launch(stream._c, function, grid, block, args, 0)
 
@@ -78,7 +78,7 @@ def run_eagerly(seen: list) -> None:
     for entry in seen:
         op, ins, outs, attrs = entry[:4]
         if op != HOST_READ:
-            _C._launch_now(op, ins, outs, attrs)
+            capture.launch_now(op, ins, outs, attrs)
 
 
 def build(trace: Trace, plan: Plan, target: Target, cache: kernel_cache.KernelCache | None = None) -> Executable:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+from oar import capture
+
 from oar_codegen import executor
 from oar_codegen.trace import HOST_READ, Recorder, Trace, host_read_signature, referenced_elsewhere, signature_of
 
@@ -22,7 +24,7 @@ class Entry:
     misses: int = 0             # replays in a row that another trace of the signature took
 
 
-class Replay:
+class Replay(capture.Observer):
     """The launch observer of a replaying call: matches launches against candidate traces, takes
     them, and runs each unit of the plan as soon as the launches it covers have all been seen (so
     the device works while Python goes on), once one candidate is left."""
@@ -37,7 +39,7 @@ class Replay:
 
     def _bind(self, binding: dict, reverse: dict, launch, tensors) -> bool:
         for ref, t in zip(launch.inputs + launch.outputs, tensors):
-            ptr = t._storage_ptr()
+            ptr = capture.storage_address(t)
             have = binding.get(ref.slot)
             if have is not None:
                 if have != ptr:
@@ -89,9 +91,9 @@ class Replay:
                 recorder.add(op, ins, outs, attrs, fresh)
         self.recorder = recorder
 
-    def __call__(self, op: str, inputs, outputs, attrs: dict, fresh: bool) -> bool:
+    def launch(self, op: str, inputs, outputs, attrs: dict, fresh: bool) -> bool:
         if self.recorder is not None:
-            return self.recorder(op, inputs, outputs, attrs, fresh)
+            return self.recorder.launch(op, inputs, outputs, attrs, fresh)
         self.seen.append((op, inputs, outputs, attrs, fresh))
         if self._match(signature_of(op, inputs, outputs, attrs, fresh), inputs + outputs):
             self._run_ready()

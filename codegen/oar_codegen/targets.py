@@ -36,7 +36,7 @@ class CompileRequest:
     """What a compile hook gets: the rendered source, the target, and the device to build for."""
     source: str
     target: "Target"
-    plugin: Any        # oar._C.Plugin
+    plugin: Any        # the device's plugin (oar.devices.resolve)
     device: int        # the plugin's device index
 
     def compile_with_plugin(self) -> bytes:

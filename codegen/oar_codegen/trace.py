@@ -1,6 +1,6 @@
 """Capture: the launches a function makes, seen through the runtime's launch observer.
 
-Tracing runs the function eagerly once while an observer (``oar._C._set_launch_observer``)
+Tracing runs the function eagerly once while a launch observer (:mod:`oar.capture`)
 records every kernel launch: the op, its attributes, and each tensor operand as
 the kernel sees it (storage, offset, shape, strides, dtype). Storages are
 numbered in order of first appearance ("slots"); every tensor the launches
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from oar import _C
+from oar import capture
 
 __all__ = ["Ref", "Launch", "Trace", "Recorder", "HOST_READ", "host_read_signature", "signature_of", "observing",
            "referenced_elsewhere"]
@@ -80,7 +80,7 @@ def _freeze(value: Any) -> Any:
 
 
 def _operand_key(t) -> tuple:
-    return (t.shape, t.strides, t.storage_offset(), t.dtype.name, t._wrapped_number)
+    return (t.shape, t.strides, t.storage_offset(), t.dtype.name, capture.is_wrapped_number(t))
 
 
 def host_read_signature(tensor) -> tuple:
@@ -94,7 +94,7 @@ def signature_of(op: str, inputs, outputs, attrs: dict, fresh: bool) -> tuple:
             tuple(_operand_key(t) for t in inputs), tuple(_operand_key(t) for t in outputs), fresh)
 
 
-class Recorder:
+class Recorder(capture.Observer):
     """The launch observer of a tracing call: records, lets every launch run."""
 
     def __init__(self) -> None:
@@ -105,7 +105,7 @@ class Recorder:
         self.devices: set[str] = set()
 
     def slot_of(self, tensor, kind_if_new: str) -> int:
-        address = tensor._storage_ptr()
+        address = capture.storage_address(tensor)
         slot = self.slots.get(address)
         if slot is None:
             slot = self.slots[address] = len(self.slot_kinds)
@@ -115,7 +115,7 @@ class Recorder:
     def ref(self, tensor, kind_if_new: str) -> Ref:
         self.held.append(tensor)
         self.devices.add(str(tensor.device))
-        wrapped = tensor._wrapped_number
+        wrapped = capture.is_wrapped_number(tensor)
         slot = self.slot_of(tensor, "wrapped" if wrapped else kind_if_new)
         return Ref(slot, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.strides), tensor.dtype.name,
                    wrapped)
@@ -126,7 +126,7 @@ class Recorder:
         self.launches.append(Launch(op, dict(attrs), refs_in, refs_out, fresh,
                                     signature_of(op, inputs, outputs, attrs, fresh)))
 
-    def __call__(self, op: str, inputs, outputs, attrs: dict, fresh: bool) -> bool:
+    def launch(self, op: str, inputs, outputs, attrs: dict, fresh: bool) -> bool:
         self.add(op, inputs, outputs, attrs, fresh)
         return False
 
@@ -150,17 +150,14 @@ def referenced_elsewhere(held: Iterable, slot_of_storage: dict[int, int]) -> set
     holds: dict[int, int] = {}
     sample: dict[int, Any] = {}
     for t in held:
-        slot = slot_of_storage.get(t._storage_ptr())
+        slot = slot_of_storage.get(capture.storage_address(t))
         if slot is not None:
             holds[slot] = holds.get(slot, 0) + 1
             sample.setdefault(slot, t)
-    return {slot for slot, t in sample.items() if t._storage_use_count() > holds[slot]}
+    return {slot for slot, t in sample.items() if capture.storage_refcount(t) > holds[slot]}
 
 
 def observing(observer: Any | None, fn: Callable, *args, **kwargs):
     """Call fn with this thread's launch observer set (restored afterwards, whatever happens)."""
-    previous = _C._set_launch_observer(observer)
-    try:
+    with capture.observe(observer):
         return fn(*args, **kwargs)
-    finally:
-        _C._set_launch_observer(previous)
