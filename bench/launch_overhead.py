@@ -17,11 +17,11 @@ ELEMENTS = 16
 def main() -> None:
     args = parse_args(__doc__)
     dev = select_device(args)
-    a, b, out = (oar.DeviceBuffer(ELEMENTS * 4) for _ in range(3))
+    a, b, out = (oar.raw.DeviceBuffer(ELEMENTS * 4) for _ in range(3))
     a.copy_from_host(torch.arange(ELEMENTS, dtype=torch.float32).numpy())
     b.copy_from_host(torch.ones(ELEMENTS, dtype=torch.float32).numpy())
     inputs, outputs = [a.desc([ELEMENTS]), b.desc([ELEMENTS])], [out.desc([ELEMENTS])]
-    kernel = oar.kernel_query("add", ["float32"] * 3)
+    kernel = oar.raw.kernel_query("add", ["float32"] * 3)
     stream = oar.current_stream()
     launch, raw_stream = oar._C.kernel_launch, stream._c
 

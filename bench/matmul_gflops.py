@@ -16,15 +16,15 @@ def main() -> None:
     rng = np.random.default_rng(0)
     a_host, b_host = rng.standard_normal((N, N), dtype=np.float32), rng.standard_normal((N, N), dtype=np.float32)
     c_host = np.empty((N, N), dtype=np.float32)
-    a, b, c = (oar.DeviceBuffer(N * N * 4) for _ in range(3))
+    a, b, c = (oar.raw.DeviceBuffer(N * N * 4) for _ in range(3))
     a.copy_from_host(a_host)
     b.copy_from_host(b_host)
-    kernel = oar.kernel_query("matmul", ["float32"] * 3)
+    kernel = oar.raw.kernel_query("matmul", ["float32"] * 3)
     inputs, outputs = [a.desc([N, N]), b.desc([N, N])], [c.desc([N, N])]
     stream = oar.current_stream()
 
     def oar_matmul() -> None:
-        oar.kernel_launch(kernel, inputs, outputs, stream=stream)
+        oar.raw.kernel_launch(kernel, inputs, outputs, stream=stream)
         stream.synchronize()
 
     def numpy_matmul() -> None:

@@ -16,7 +16,7 @@ def main() -> None:
     dev = select_device(args)
     host_src = np.random.default_rng(0).integers(0, 255, NBYTES, dtype=np.uint8)
     host_dst = np.zeros(NBYTES, dtype=np.uint8)
-    buffer = oar.DeviceBuffer(NBYTES)
+    buffer = oar.raw.DeviceBuffer(NBYTES)
     plugin, index = buffer.plugin, dev.index
 
     def h2d() -> None:

@@ -13,7 +13,7 @@ import numpy as np
 
 import oar
 from common import median_seconds, report
-from oar.plugins import opencl_library
+from oar.vendor.plugins import opencl_library
 
 NBYTES = 64 << 20
 MATMUL_SIZES = (512, 1024)
@@ -37,7 +37,7 @@ def opencl_device() -> str | None:
 def memcpy_gbps(dev: str, repeats: int) -> dict[str, float]:
     host_src = np.random.default_rng(0).integers(0, 255, NBYTES, dtype=np.uint8)
     host_dst = np.zeros(NBYTES, dtype=np.uint8)
-    a, b = oar.DeviceBuffer(NBYTES, dev), oar.DeviceBuffer(NBYTES, dev)
+    a, b = oar.raw.DeviceBuffer(NBYTES, dev), oar.raw.DeviceBuffer(NBYTES, dev)
     plugin, index = a.plugin, oar.device(dev).index or 0
     runs = {"h2d": lambda: plugin.memcpy_h2d(index, a.ptr, host_src),
             "d2h": lambda: plugin.memcpy_d2h(index, host_dst, a.ptr),
@@ -53,15 +53,15 @@ def memcpy_gbps(dev: str, repeats: int) -> dict[str, float]:
 def matmul_gflops(dev: str, n: int, repeats: int) -> float:
     rng = np.random.default_rng(n)
     a_host, b_host = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
-    a, b, c = (oar.DeviceBuffer(n * n * 4, dev) for _ in range(3))
+    a, b, c = (oar.raw.DeviceBuffer(n * n * 4, dev) for _ in range(3))
     a.copy_from_host(a_host)
     b.copy_from_host(b_host)
-    kernel = oar.kernel_query("matmul", ["float32"] * 3, dev)
+    kernel = oar.raw.kernel_query("matmul", ["float32"] * 3, dev)
     inputs, outputs = [a.desc([n, n]), b.desc([n, n])], [c.desc([n, n])]
     stream = oar.Stream(dev)
 
     def run() -> None:
-        oar.kernel_launch(kernel, inputs, outputs, stream=stream)
+        oar.raw.kernel_launch(kernel, inputs, outputs, stream=stream)
         stream.synchronize()
 
     run()  # warm-up (and, on PoCL, the kernel's compile)

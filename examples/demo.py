@@ -37,7 +37,7 @@ def main(device_spec: str, launches: int) -> None:
     # 1. host -> device -> host
     rng = np.random.default_rng(0)
     host = rng.standard_normal(1 << 20).astype(np.float32)
-    buffer = oar.DeviceBuffer(host.nbytes, dev)
+    buffer = oar.raw.DeviceBuffer(host.nbytes, dev)
     start = time.perf_counter()
     buffer.copy_from_host(host)
     back = buffer.to_numpy(np.float32)
@@ -49,17 +49,17 @@ def main(device_spec: str, launches: int) -> None:
     # 2. one library kernel, checked against numpy
     n = 4096
     a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-    da, db, dout = (oar.DeviceBuffer(4 * n, dev) for _ in range(3))
+    da, db, dout = (oar.raw.DeviceBuffer(4 * n, dev) for _ in range(3))
     da.copy_from_host(a)
     db.copy_from_host(b)
-    add = oar.kernel_query("add", ["float32"] * 3, dev)
-    oar.kernel_launch(add, [da.desc([n]), db.desc([n])], [dout.desc([n])])
+    add = oar.raw.kernel_query("add", ["float32"] * 3, dev)
+    oar.raw.kernel_launch(add, [da.desc([n]), db.desc([n])], [dout.desc([n])])
     got = dout.to_numpy(np.float32)
     results.append((f"kernel add of {n} float32 vs numpy", np.array_equal(got, a + b),
                     "max |diff| %.3g" % float(np.max(np.abs(got - (a + b))))))
 
     # 3. a stream of tiny kernels, timed by the device's events and by the host
-    small = [oar.DeviceBuffer(64, dev) for _ in range(3)]
+    small = [oar.raw.DeviceBuffer(64, dev) for _ in range(3)]
     small[0].copy_from_host(np.arange(16, dtype=np.float32))
     small[1].copy_from_host(np.ones(16, dtype=np.float32))
     inputs, outputs = [small[0].desc([16]), small[1].desc([16])], [small[2].desc([16])]

@@ -28,7 +28,7 @@ def compiler() -> str:
 
 def build_plugin(name: str, directory: Path, device_type: str = "npu") -> Path:
     """Compile tests/plugins/<name>.c (a shim over the CPU reference plugin) into directory."""
-    from oar.plugins import refcpu_path
+    from oar.vendor.plugins import refcpu_path
 
     inner = refcpu_path()
     output = directory / f"lib{name}.so"

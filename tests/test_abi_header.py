@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oar import abi, abi_layout
+from oar.vendor import abi, abi_layout
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = sorted((REPO / "interface" / "abi").glob("v*.json"))

@@ -535,7 +535,7 @@ class FakeDevice:
     """A plugin whose memory is a bump pointer (never dereferenced); every call is noted."""
 
     def __init__(self, alignment: int = 256, device_type: str = "fakealloc"):
-        from oar.abi import C, PythonPlugin, ffi
+        from oar.vendor.abi import C, PythonPlugin, ffi
 
         self.calls: list[str] = []
         self.fail_next: list[int] = []  # statuses mem_alloc returns before succeeding again

@@ -29,7 +29,7 @@ def held_stream(dev: str) -> tuple[oar.Stream, threading.Event, threading.Event]
 def test_async_copies_wait_for_the_stream_while_the_host_goes_on(dev):
     source = np.random.default_rng(1).integers(0, 255, NBYTES, dtype=np.uint8)
     destination = np.zeros_like(source)
-    buffer = oar.DeviceBuffer(NBYTES, dev)
+    buffer = oar.raw.DeviceBuffer(NBYTES, dev)
     stream, _, release = held_stream(dev)
 
     buffer.copy_from_host_async(source, stream)
@@ -44,7 +44,7 @@ def test_async_copies_wait_for_the_stream_while_the_host_goes_on(dev):
 
 
 def test_an_event_after_async_copies_completes_only_when_they_have(dev):
-    buffer = oar.DeviceBuffer(NBYTES, dev)
+    buffer = oar.raw.DeviceBuffer(NBYTES, dev)
     stream, _, release = held_stream(dev)
     buffer.fill_async(7, stream=stream)
     done = oar.Event()

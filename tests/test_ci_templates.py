@@ -17,7 +17,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from oar import ci
+from oar.vendor import ci
 from oar.cli import main as oar_main
 
 DEVICE = "npu"

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from oar.plugins import opencl_library
+from oar.vendor.plugins import opencl_library
 
 pytest.importorskip("oar_codegen")
 
@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import oar
     import oar.nn.functional as F
-    from oar.plugins import opencl_library
+    from oar.vendor.plugins import opencl_library
 
     try:
         plugin = oar.load_plugin(opencl_library())

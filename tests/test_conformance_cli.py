@@ -66,7 +66,7 @@ def test_a_device_no_plugin_serves_exits_3():
 
 
 def test_a_plugin_of_another_device_type_exits_3():
-    from oar.plugins import refcpu_path
+    from oar.vendor.plugins import refcpu_path
 
     done = conformance("run", "--device", "npu", "--plugin", refcpu_path(), "--level", "abi", "--no-progress")
     assert done.returncode == 3 and "serves device type 'refcpu', not 'npu'" in done.stderr

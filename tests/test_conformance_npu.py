@@ -8,7 +8,7 @@ from conformance_helpers import run_json
 
 
 def test_the_reference_plugin_posing_as_npu_passes_every_level(tmp_path):
-    from oar.plugins import refcpu_path
+    from oar.vendor.plugins import refcpu_path
 
     done, document = run_json(tmp_path, "--device", "npu", "--jobs", "2", env={"OAR_REFCPU_DEVICE_TYPE": "npu"},
                               timeout=600)

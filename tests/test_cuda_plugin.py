@@ -26,7 +26,7 @@ import pytest
 
 import oar
 from oar import plugin_manager
-from oar.plugins import cuda_library, cuda_path
+from oar.vendor.plugins import cuda_library, cuda_path
 
 from conformance_helpers import OpsCaseContext
 
@@ -185,12 +185,12 @@ extern "C" __global__ void scale(float* x, float factor, unsigned n) {
 
 
 def test_module_of_lang_cuda_with_a_pointer_into_a_buffer(dev):
-    binary = oar.module_compile(SCALE, "cuda", device=dev)
-    function = oar.module_load(binary, dev).get_function("scale")
-    buffer = oar.DeviceBuffer(4 * 64, dev)
+    binary = oar.raw.module_compile(SCALE, "cuda", device=dev)
+    function = oar.raw.module_load(binary, dev).get_function("scale")
+    buffer = oar.raw.DeviceBuffer(4 * 64, dev)
     buffer.copy_from_host(np.arange(64, dtype=np.float32))
     stream = oar.Stream(dev)
-    oar.launch(function, (4, 1, 1), (8, 1, 1), [("device_ptr", buffer.ptr + 4 * 16), np.float32(3.0), np.uint32(32)],
+    oar.raw.launch(function, (4, 1, 1), (8, 1, 1), [("device_ptr", buffer.ptr + 4 * 16), np.float32(3.0), np.uint32(32)],
                stream=stream)
     stream.synchronize()
     want = np.arange(64, dtype=np.float32)
@@ -200,7 +200,7 @@ def test_module_of_lang_cuda_with_a_pointer_into_a_buffer(dev):
 
 def test_compile_error_carries_the_nvrtc_log(dev):
     with pytest.raises(oar.DeviceError) as error:
-        oar.module_compile('extern "C" __global__ void broken( { }', "cuda", device=dev)
+        oar.raw.module_compile('extern "C" __global__ void broken( { }', "cuda", device=dev)
     assert error.value.call == "module_compile"
     assert error.value.status_name == "OAR_ERROR_INVALID_ARGUMENT"
     assert "NVRTC build failed" in error.value.plugin_message and "error" in error.value.plugin_message
@@ -208,7 +208,7 @@ def test_compile_error_carries_the_nvrtc_log(dev):
 
 def test_fast_math_options_are_refused(dev):
     with pytest.raises(oar.DeviceError, match="--use_fast_math"):
-        oar.module_compile(SCALE, "cuda", options="--use_fast_math", device=dev)
+        oar.raw.module_compile(SCALE, "cuda", options="--use_fast_math", device=dev)
 
 
 def test_disabled_the_entry_point_leaves_it_out_of_discovery(dev, monkeypatch):

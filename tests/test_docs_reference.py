@@ -1,6 +1,6 @@
 """The generated references of docs/: the ABI reference covers every entry point of device_api.h
 as its doc comments state it (required or optional, blocking, statuses), the op reference every
-op of ops.yaml; and oar.abi_doc, which both the docs and ``oar new-backend`` read the header
+op of ops.yaml; and oar.vendor.abi_doc, which both the docs and ``oar new-backend`` read the header
 with, agrees with the cffi binding. (``mkdocs build --strict`` itself runs in ``make test``.)"""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from oar import abi, abi_doc
+from oar.vendor import abi, abi_doc
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = REPO / "interface" / "include" / "oar" / "device_api.h"

@@ -1,5 +1,5 @@
 """The loader's version and table checks, each failure with its own clear error,
-using plugins whose entry points are Python callables (oar.abi.PythonPlugin)."""
+using plugins whose entry points are Python callables (oar.vendor.abi.PythonPlugin)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import subprocess
 import pytest
 
 import oar
-from oar import _C, abi
-from oar.abi import C, ffi
+from oar import _C
+from oar.vendor import abi
+from oar.vendor.abi import C, ffi
 
 
 def minimal_entries(message: bytes = b"") -> dict:

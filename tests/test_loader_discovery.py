@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from oar.plugins import refcpu_path
+from oar.vendor.plugins import refcpu_path
 
 REPORT = """
 import json, warnings

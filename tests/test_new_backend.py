@@ -18,9 +18,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from oar import abi, abi_doc
+from oar.vendor import abi, abi_doc
 from oar.cli import main as oar_main
-from oar.scaffold import expected_results, load_ops, scaffold_plugin
+from oar.vendor.scaffold import expected_results, load_ops, scaffold_plugin
 
 NAME = "vendorx"
 DEVICE = "npu"

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from oar.plugins import opencl_library, opencl_path
+from oar.vendor.plugins import opencl_library, opencl_path
 
 REPORT = """
 import json, warnings

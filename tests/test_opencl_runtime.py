@@ -20,7 +20,7 @@ import pytest
 
 import oar
 from oar import plugin_manager
-from oar.plugins import opencl_library
+from oar.vendor.plugins import opencl_library
 
 from conformance_helpers import OpsCaseContext
 
@@ -118,7 +118,7 @@ def test_op_against_the_reference(dev, op, dtype, name):
 
 def _has_fp64(dev: str) -> bool:
     try:
-        oar.kernel_query("add", ["float64"] * 3, dev)
+        oar.raw.kernel_query("add", ["float64"] * 3, dev)
     except oar.DeviceError:
         return False
     return True
@@ -210,13 +210,13 @@ __kernel void scale(__global float* base, ulong offset, float factor, uint n) {
 
 
 def test_module_of_lang_opencl_with_a_pointer_into_a_buffer(dev):
-    binary = oar.module_compile(SCALE, "opencl", device=dev)
-    function = oar.module_load(binary, dev).get_function("scale")
-    buffer = oar.DeviceBuffer(4 * 64, dev)
+    binary = oar.raw.module_compile(SCALE, "opencl", device=dev)
+    function = oar.raw.module_load(binary, dev).get_function("scale")
+    buffer = oar.raw.DeviceBuffer(4 * 64, dev)
     buffer.copy_from_host(np.arange(64, dtype=np.float32))
     inner = buffer.ptr + 4 * 16  # ptr + n: a device pointer into the middle of the allocation
     stream = oar.Stream(dev)
-    oar.launch(function, (4, 1, 1), (8, 1, 1), [("device_ptr", inner), np.float32(3.0), np.uint32(32)],
+    oar.raw.launch(function, (4, 1, 1), (8, 1, 1), [("device_ptr", inner), np.float32(3.0), np.uint32(32)],
                stream=stream)
     stream.synchronize()
     want = np.arange(64, dtype=np.float32)
@@ -226,7 +226,7 @@ def test_module_of_lang_opencl_with_a_pointer_into_a_buffer(dev):
 
 def test_compile_error_carries_the_build_log(dev):
     with pytest.raises(oar.DeviceError) as error:
-        oar.module_compile("__kernel void broken( { }", "opencl", device=dev)
+        oar.raw.module_compile("__kernel void broken( { }", "opencl", device=dev)
     assert error.value.call == "module_compile"
     assert error.value.status_name == "OAR_ERROR_INVALID_ARGUMENT"
     assert "build failed" in error.value.plugin_message and "error" in error.value.plugin_message

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oar import abi
-from oar.abi import C, ffi
+from oar.vendor import abi
+from oar.vendor.abi import C, ffi
 
 DEVICE_ARENA_MB = 64
 
@@ -21,7 +21,7 @@ def private_copy(directory: Path, name: str) -> Path:
     """A copy of the plugin that dlopen loads as a new instance, apart from the runtime's."""
     import scipy_openblas32
 
-    from oar.plugins import refcpu_path
+    from oar.vendor.plugins import refcpu_path
 
     # the copy's $ORIGIN-relative rpath no longer reaches the BLAS: load it by soname first
     ctypes.CDLL(str(Path(scipy_openblas32.get_lib_dir()) / "libscipy_openblas.so"), mode=ctypes.RTLD_GLOBAL)

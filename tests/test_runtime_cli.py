@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import oar
 from oar import _C
-from oar.abi import PythonPlugin
+from oar.vendor.abi import PythonPlugin
 from oar.cli import main
 
 from test_runtime_loader import base_entries

@@ -7,7 +7,8 @@ import threading
 import pytest
 
 import oar
-from oar import _C, abi
+from oar import _C
+from oar.vendor import abi
 
 
 def refcpu_type() -> str:
@@ -115,7 +116,7 @@ def test_properties(kind):
 def test_memory_info_tracks_allocations(kind):
     free_before, total = oar.mem_get_info(f"{kind}:1")
     assert 0 < free_before <= total
-    buffer = oar.DeviceBuffer(1 << 20, f"{kind}:1")
+    buffer = oar.raw.DeviceBuffer(1 << 20, f"{kind}:1")
     free_after, _ = oar.mem_get_info(f"{kind}:1")
     assert free_after <= free_before - (1 << 20)
     buffer.free()

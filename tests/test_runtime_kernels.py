@@ -9,8 +9,8 @@ import pytest
 import oar
 
 
-def to_device(array: np.ndarray, dev: str) -> oar.DeviceBuffer:
-    buffer = oar.DeviceBuffer(max(array.nbytes, 1), dev)
+def to_device(array: np.ndarray, dev: str) -> oar.raw.DeviceBuffer:
+    buffer = oar.raw.DeviceBuffer(max(array.nbytes, 1), dev)
     buffer.copy_from_host(np.ascontiguousarray(array))
     return buffer
 
@@ -18,14 +18,14 @@ def to_device(array: np.ndarray, dev: str) -> oar.DeviceBuffer:
 def run(op: str, inputs: list[np.ndarray], out_shape, dev: str, out_dtype="float32", attrs=None,
         input_strides=None) -> np.ndarray:
     buffers = [to_device(a, dev) for a in inputs]
-    out = oar.DeviceBuffer(max(int(np.prod(out_shape)) * np.dtype(out_dtype).itemsize, 1), dev)
+    out = oar.raw.DeviceBuffer(max(int(np.prod(out_shape)) * np.dtype(out_dtype).itemsize, 1), dev)
     descs = []
     for i, (array, buffer) in enumerate(zip(inputs, buffers)):
         strides = input_strides[i] if input_strides else None
         shape = out_shape if strides is not None else array.shape
         descs.append(buffer.desc(list(shape), array.dtype, strides=strides))
-    kernel = oar.kernel_query(op, [a.dtype.name for a in inputs] + [out_dtype], dev)
-    oar.kernel_launch(kernel, descs, [out.desc(list(out_shape), out_dtype)], attrs)
+    kernel = oar.raw.kernel_query(op, [a.dtype.name for a in inputs] + [out_dtype], dev)
+    oar.raw.kernel_launch(kernel, descs, [out.desc(list(out_shape), out_dtype)], attrs)
     return out.to_numpy(out_dtype, out_shape)
 
 
@@ -81,100 +81,100 @@ def test_full_copy_and_cast(dev):
     x = np.array([1.7, -2.2, 3.9], dtype=np.float32)
     np.testing.assert_array_equal(run("copy", [x], x.shape, dev), x)
     np.testing.assert_array_equal(run("cast", [x], x.shape, dev, out_dtype="int32",
-                                      attrs={"dtype": oar.TypedAttr("dtype", "int32")}), [1, -2, 3])
+                                      attrs={"dtype": oar.raw.TypedAttr("dtype", "int32")}), [1, -2, 3])
 
 
 def test_kernels_are_cached(dev):
-    first = oar.kernel_query("add", ["float32"] * 3, dev)
-    again = oar.kernel_query("add", [np.float32, "float32", oar.DataType("float32")], dev)
+    first = oar.raw.kernel_query("add", ["float32"] * 3, dev)
+    again = oar.raw.kernel_query("add", [np.float32, "float32", oar.raw.DataType("float32")], dev)
     assert first is again
     assert first.op == "add" and first.dtypes == ["float32"] * 3
     assert first.device_name == dev
-    other_device = oar.kernel_query("add", ["float32"] * 3, f"{oar.device(dev).type}:1")
+    other_device = oar.raw.kernel_query("add", ["float32"] * 3, f"{oar.device(dev).type}:1")
     assert other_device is not first
 
 
 def test_missing_kernel(dev):
     with pytest.raises(oar.DeviceError) as error:
-        oar.kernel_query("add", ["int8"] * 3, dev)
+        oar.raw.kernel_query("add", ["int8"] * 3, dev)
     assert error.value.status_name == "OAR_ERROR_NOT_SUPPORTED"
     assert error.value.call == "kernel_query"
     assert "add" in error.value.plugin_message
-    assert oar.kernel_query("add", ["int8"] * 3, dev, allow_missing=True) is None
-    assert oar.kernel_query("no_such_op", ["float32"], dev, allow_missing=True) is None
+    assert oar.raw.kernel_query("add", ["int8"] * 3, dev, allow_missing=True) is None
+    assert oar.raw.kernel_query("no_such_op", ["float32"], dev, allow_missing=True) is None
     with pytest.raises(ValueError, match="unknown dtype"):
-        oar.kernel_query("add", ["float33"], dev)
+        oar.raw.kernel_query("add", ["float33"], dev)
 
 
 def test_launch_errors_name_the_problem(dev):
-    a, b = oar.DeviceBuffer(64, dev), oar.DeviceBuffer(64, dev)
-    add = oar.kernel_query("add", ["float32"] * 3, dev)
+    a, b = oar.raw.DeviceBuffer(64, dev), oar.raw.DeviceBuffer(64, dev)
+    add = oar.raw.kernel_query("add", ["float32"] * 3, dev)
     with pytest.raises(oar.DeviceError) as error:
-        oar.kernel_launch(add, [a.desc([16]), b.desc([8])], [a.desc([16])])
+        oar.raw.kernel_launch(add, [a.desc([16]), b.desc([8])], [a.desc([16])])
     assert error.value.call == "kernel_launch"
     assert error.value.status_name == "OAR_ERROR_INVALID_ARGUMENT"
     assert "shape" in error.value.plugin_message
     with pytest.raises(oar.DeviceError, match="OAR_ERROR_INVALID_ARGUMENT"):
-        oar.kernel_launch(add, [a.desc([16])], [b.desc([16])])
+        oar.raw.kernel_launch(add, [a.desc([16])], [b.desc([16])])
     with pytest.raises(oar.DeviceError, match="OAR_ERROR_INVALID_ARGUMENT"):
-        oar.kernel_launch(add, [a.desc([16]), b.desc([16])], [a.desc([16])], {"bogus": 1})
+        oar.raw.kernel_launch(add, [a.desc([16]), b.desc([16])], [a.desc([16])], {"bogus": 1})
     with pytest.raises(TypeError, match="TensorDesc"):
-        oar.kernel_launch(add, [a.desc([16]), "b"], [a.desc([16])])
+        oar.raw.kernel_launch(add, [a.desc([16]), "b"], [a.desc([16])])
     with pytest.raises(TypeError, match="list or tuple"):
-        oar.kernel_launch(add, a.desc([16]), [a.desc([16])])
-    other = oar.DeviceBuffer(64, f"{oar.device(dev).type}:1")
+        oar.raw.kernel_launch(add, a.desc([16]), [a.desc([16])])
+    other = oar.raw.DeviceBuffer(64, f"{oar.device(dev).type}:1")
     with pytest.raises(ValueError, match="device 1"):
-        oar.kernel_launch(add, [a.desc([16]), other.desc([16])], [a.desc([16])])
+        oar.raw.kernel_launch(add, [a.desc([16]), other.desc([16])], [a.desc([16])])
     with pytest.raises(ValueError, match="cannot run on a stream"):
-        oar.kernel_launch(add, [a.desc([16]), b.desc([16])], [a.desc([16])], stream=oar.Stream(other.device))
+        oar.raw.kernel_launch(add, [a.desc([16]), b.desc([16])], [a.desc([16])], stream=oar.Stream(other.device))
 
 
 def test_attribute_conversion():
-    attrs = oar.Attrs({
+    attrs = oar.raw.Attrs({
         "i": 3, "f": 2.5, "b": True, "ints": [1, -2], "floats": (1.5, 2), "s": "text",
-        "dt": oar.DataType("int64"), "np_int": np.int64(9), "np_float": np.float32(0.5),
-        "np_array": np.array([1, 2, 3]), "forced": oar.TypedAttr("floats", [1, 2]),
-        "empty": [], "as_float": oar.TypedAttr("float", 3),
+        "dt": oar.raw.DataType("int64"), "np_int": np.int64(9), "np_float": np.float32(0.5),
+        "np_array": np.array([1, 2, 3]), "forced": oar.raw.TypedAttr("floats", [1, 2]),
+        "empty": [], "as_float": oar.raw.TypedAttr("float", 3),
     })
     assert len(attrs) == 13
     assert attrs.to_dict() == {
         "i": ("int", 3), "f": ("float", 2.5), "b": ("bool", True), "ints": ("ints", [1, -2]),
-        "floats": ("floats", [1.5, 2.0]), "s": ("string", "text"), "dt": ("dtype", oar.DataType("int64")),
+        "floats": ("floats", [1.5, 2.0]), "s": ("string", "text"), "dt": ("dtype", oar.raw.DataType("int64")),
         "np_int": ("int", 9), "np_float": ("float", 0.5), "np_array": ("ints", [1, 2, 3]),
         "forced": ("floats", [1.0, 2.0]), "empty": ("ints", []), "as_float": ("float", 3.0),
     }
     with pytest.raises(TypeError, match="'bad'"):
-        oar.Attrs({"bad": object()})
+        oar.raw.Attrs({"bad": object()})
     with pytest.raises(TypeError, match="names must be str"):
-        oar.Attrs({1: 2})
+        oar.raw.Attrs({1: 2})
     with pytest.raises(TypeError, match="'x'.*integers"):
-        oar.Attrs({"x": oar.TypedAttr("ints", [1.5])})
+        oar.raw.Attrs({"x": oar.raw.TypedAttr("ints", [1.5])})
     with pytest.raises(ValueError, match="unknown attribute type"):
-        oar.TypedAttr("complex", 1)
+        oar.raw.TypedAttr("complex", 1)
 
 
 def test_prebuilt_attrs_are_reusable(dev):
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     source = to_device(x, dev)
-    out = oar.DeviceBuffer(4 * 8, dev)
-    kernel = oar.kernel_query("sum", ["float32", "float32"], dev)
-    attrs = oar.Attrs({"dim": [1], "keepdim": False})
+    out = oar.raw.DeviceBuffer(4 * 8, dev)
+    kernel = oar.raw.kernel_query("sum", ["float32", "float32"], dev)
+    attrs = oar.raw.Attrs({"dim": [1], "keepdim": False})
     for _ in range(3):
-        oar.kernel_launch(kernel, [source.desc([2, 3, 4])], [out.desc([2, 4])], attrs)
+        oar.raw.kernel_launch(kernel, [source.desc([2, 3, 4])], [out.desc([2, 4])], attrs)
     np.testing.assert_array_equal(out.to_numpy(np.float32, (2, 4)), x.sum(axis=1))
 
 
 def test_tensor_desc():
-    desc = oar.TensorDesc(0x1000, [2, 3], "float32", strides=[3, 1], byte_offset=8, device=1)
+    desc = oar.raw.TensorDesc(0x1000, [2, 3], "float32", strides=[3, 1], byte_offset=8, device=1)
     assert (desc.shape, desc.strides, desc.ndim, desc.numel, desc.device) == ((2, 3), (3, 1), 2, 6, 1)
     assert desc.dtype.itemsize == 4 and str(desc.dtype) == "float32"
     desc.data = 0x2000
     assert desc.data == 0x2000
-    scalar = oar.TensorDesc(0x1000, [], "int64")
+    scalar = oar.raw.TensorDesc(0x1000, [], "int64")
     assert scalar.ndim == 0 and scalar.numel == 1
     with pytest.raises(ValueError, match="strides has"):
-        oar.TensorDesc(0, [2, 3], "float32", strides=[1])
+        oar.raw.TensorDesc(0, [2, 3], "float32", strides=[1])
     with pytest.raises(ValueError, match=">= 0"):
-        oar.TensorDesc(0, [2, -1], "float32")
+        oar.raw.TensorDesc(0, [2, -1], "float32")
     with pytest.raises(ValueError, match=">= 0"):
-        oar.TensorDesc(0, [2], "float32", strides=[-1])
+        oar.raw.TensorDesc(0, [2], "float32", strides=[-1])

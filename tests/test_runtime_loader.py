@@ -1,6 +1,6 @@
 """The loader's checks, each failure its own PluginLoadError naming the plugin and
 the problem, plus the life cycle of a loaded plugin (finalize once, handles first).
-Plugins here are assembled from Python callables (oar.abi.PythonPlugin)."""
+Plugins here are assembled from Python callables (oar.vendor.abi.PythonPlugin)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 import oar
 from oar import _C
-from oar.abi import C, PythonPlugin, ffi
+from oar.vendor.abi import C, PythonPlugin, ffi
 
 MESSAGE = ffi.new("char[]", b"the device caught fire")
 
@@ -162,7 +162,7 @@ def test_library_without_the_entry_symbol():
 
 
 def test_explicit_load_of_a_taken_device_type(tmp_path):
-    from oar.plugins import refcpu_path
+    from oar.vendor.plugins import refcpu_path
 
     loaded = oar.plugin_manager.loaded_plugins()
     refcpu = next((p for p in loaded.values() if p.path.endswith("liboar_refcpu.so")), None)

@@ -20,14 +20,14 @@ def plugin(dev):
 def test_round_trip(dev, dtype):
     rng = np.random.default_rng(1)
     host = (rng.standard_normal(1000) * 100).astype(dtype)
-    buffer = oar.DeviceBuffer(host.nbytes, dev)
+    buffer = oar.raw.DeviceBuffer(host.nbytes, dev)
     buffer.copy_from_host(host)
     assert np.array_equal(buffer.to_numpy(dtype), host)
     assert buffer.to_numpy(dtype, shape=(10, 100)).shape == (10, 100)
 
 
 def test_offsets_and_fill(dev):
-    buffer = oar.DeviceBuffer(64, dev)
+    buffer = oar.raw.DeviceBuffer(64, dev)
     buffer.fill(0)
     buffer.copy_from_host(np.arange(4, dtype=np.int32), offset=16)
     buffer.fill(0xFF, nbytes=4, offset=60)
@@ -38,13 +38,13 @@ def test_offsets_and_fill(dev):
     with pytest.raises(ValueError, match="do not fit"):
         buffer.copy_from_host(np.zeros(20, np.float32))
     with pytest.raises(ValueError):
-        oar.DeviceBuffer(0, dev)
+        oar.raw.DeviceBuffer(0, dev)
 
 
 def test_device_to_device_and_async_copies(dev):
     host = np.arange(256, dtype=np.float32)
     stream = oar.Stream(dev)
-    first, second = oar.DeviceBuffer(host.nbytes, dev), oar.DeviceBuffer(host.nbytes, dev)
+    first, second = oar.raw.DeviceBuffer(host.nbytes, dev), oar.raw.DeviceBuffer(host.nbytes, dev)
     out = np.zeros_like(host)
     first.copy_from_host_async(host, stream)
     second.copy_from(first, stream=stream)
@@ -57,7 +57,7 @@ def test_async_fill(dev, plugin):
     if not plugin.provides("mem_set_async"):
         pytest.skip("plugin has no mem_set_async")
     stream = oar.Stream(dev)
-    buffer = oar.DeviceBuffer(32, dev)
+    buffer = oar.raw.DeviceBuffer(32, dev)
     buffer.fill_async(3, stream)
     buffer.fill_async(5, stream, nbytes=8, offset=24)
     out = np.zeros(32, np.uint8)
@@ -68,7 +68,7 @@ def test_async_fill(dev, plugin):
 
 def test_async_copy_keeps_a_temporary_host_buffer_alive(dev):
     stream = oar.Stream(dev)
-    buffer = oar.DeviceBuffer(4 << 20, dev)
+    buffer = oar.raw.DeviceBuffer(4 << 20, dev)
     # the only reference to the host array is the one the runtime holds until the copy is done
     buffer.copy_from_host_async(np.full(1 << 20, 7, dtype=np.float32), stream)
     gc.collect()
@@ -130,12 +130,12 @@ def test_out_of_memory(dev, plugin):
 
 def test_buffers_are_freed_when_collected(dev, plugin):
     before = plugin.live_allocation_count
-    buffers = [oar.DeviceBuffer(1024, dev) for _ in range(5)]
+    buffers = [oar.raw.DeviceBuffer(1024, dev) for _ in range(5)]
     assert plugin.live_allocation_count == before + 5
     del buffers
     gc.collect()
     assert plugin.live_allocation_count == before
-    buffer = oar.DeviceBuffer(16, dev)
+    buffer = oar.raw.DeviceBuffer(16, dev)
     buffer.free()
     buffer.free()  # a second free of the buffer object is a no-op
     with pytest.raises(ValueError, match="freed"):
@@ -161,7 +161,7 @@ def test_pinned_host_memory(dev, plugin):
 
 
 def test_descriptors_check_their_extent(dev):
-    buffer = oar.DeviceBuffer(64, dev)
+    buffer = oar.raw.DeviceBuffer(64, dev)
     desc = buffer.desc([4, 4], "float32")
     assert desc.shape == (4, 4) and desc.strides is None and desc.dtype == "float32"
     assert buffer.desc([4, 4], np.float32, strides=[0, 1]).strides == (0, 1)

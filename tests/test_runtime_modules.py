@@ -39,9 +39,9 @@ def dev(dev: str) -> str:
 
 @pytest.fixture(scope="module")
 def axpy(dev):
-    binary = oar.module_compile(AXPY, "c", device=dev)
+    binary = oar.raw.module_compile(AXPY, "c", device=dev)
     assert isinstance(binary, bytes) and binary
-    module = oar.module_load(binary, dev)
+    module = oar.raw.module_load(binary, dev)
     return module.get_function("axpy")
 
 
@@ -49,35 +49,35 @@ def test_compile_load_launch(dev, axpy):
     n = 1000
     rng = np.random.default_rng(5)
     x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-    dx, dy = oar.DeviceBuffer(4 * n, dev), oar.DeviceBuffer(4 * n, dev)
+    dx, dy = oar.raw.DeviceBuffer(4 * n, dev), oar.raw.DeviceBuffer(4 * n, dev)
     dx.copy_from_host(x)
     dy.copy_from_host(y)
     block = 64
-    oar.launch(axpy, grid=(n + block - 1) // block, block=block,
+    oar.raw.launch(axpy, grid=(n + block - 1) // block, block=block,
                args=[dy, dx, np.float32(2.0), np.int64(n)])
     np.testing.assert_allclose(dy.to_numpy(np.float32), y + 2 * x, rtol=1e-6)
     assert axpy.name == "axpy"
 
 
 def test_explicit_argument_kinds(dev, axpy):
-    dx, dy = oar.DeviceBuffer(16, dev), oar.DeviceBuffer(16, dev)
+    dx, dy = oar.raw.DeviceBuffer(16, dev), oar.raw.DeviceBuffer(16, dev)
     dx.copy_from_host(np.ones(4, np.float32))
     dy.copy_from_host(np.zeros(4, np.float32))
     stream = oar.Stream(dev)
-    oar.launch(axpy, (1, 1, 1), (4, 1, 1), [("device_ptr", dy.ptr), ("device_ptr", dx.ptr),
+    oar.raw.launch(axpy, (1, 1, 1), (4, 1, 1), [("device_ptr", dy.ptr), ("device_ptr", dx.ptr),
                                             ("bytes", np.float32(3).tobytes()), ("bytes", np.int64(4))],
                stream=stream)
     stream.synchronize()
     assert dy.to_numpy(np.float32).tolist() == [3.0] * 4
     with pytest.raises(TypeError, match="DeviceBuffer"):
-        oar.launch(axpy, 1, 1, [1.5])
+        oar.raw.launch(axpy, 1, 1, [1.5])
     with pytest.raises(ValueError, match="argument kind"):
-        oar.launch(axpy, 1, 1, [("value", b"1234")])
+        oar.raw.launch(axpy, 1, 1, [("value", b"1234")])
 
 
 def test_compile_error_carries_the_compiler_log(dev):
     with pytest.raises(oar.DeviceError) as error:
-        oar.module_compile("void broken( {", "c", device=dev)
+        oar.raw.module_compile("void broken( {", "c", device=dev)
     assert error.value.call == "module_compile"
     assert error.value.status_name == "OAR_ERROR_INVALID_ARGUMENT"
     assert error.value.plugin_message
@@ -85,7 +85,7 @@ def test_compile_error_carries_the_compiler_log(dev):
 
 def test_unknown_language_and_function(dev, axpy):
     with pytest.raises(oar.DeviceError) as error:
-        oar.module_compile("x", "fortran", device=dev)
+        oar.raw.module_compile("x", "fortran", device=dev)
     assert error.value.status_name == "OAR_ERROR_NOT_SUPPORTED"
     with pytest.raises(oar.DeviceError) as error:
         axpy.module.get_function("no_such_function")
@@ -94,17 +94,17 @@ def test_unknown_language_and_function(dev, axpy):
 
 def test_corrupt_binary_is_refused(dev):
     with pytest.raises(oar.DeviceError) as error:
-        oar.module_load(b"not a binary of this plugin", dev)
+        oar.raw.module_load(b"not a binary of this plugin", dev)
     assert error.value.call == "module_load"
 
 
 def test_unloaded_module(dev):
-    module = oar.module_load(oar.module_compile(AXPY, "c", device=dev), dev)
+    module = oar.raw.module_load(oar.raw.module_compile(AXPY, "c", device=dev), dev)
     function = module.get_function("axpy")
     module.unload()
     assert not module.loaded
     with pytest.raises(oar.OarError, match="unloaded"):
-        oar.launch(function, 1, 1, [])
+        oar.raw.launch(function, 1, 1, [])
 
 
 SLOW_FILL = r"""
@@ -130,9 +130,9 @@ def test_a_module_dropped_while_its_launch_is_pending_stays_loaded_until_it_ran(
     import gc
 
     n = 64
-    buffer = oar.DeviceBuffer(4 * n, dev)
-    module = oar.module_load(oar.module_compile(SLOW_FILL, "c", device=dev), dev)
-    oar.launch(module.get_function("slow_fill"), grid=1, args=[buffer, np.int64(n)])
+    buffer = oar.raw.DeviceBuffer(4 * n, dev)
+    module = oar.raw.module_load(oar.raw.module_compile(SLOW_FILL, "c", device=dev), dev)
+    oar.raw.launch(module.get_function("slow_fill"), grid=1, args=[buffer, np.int64(n)])
     del module
     gc.collect()
     np.testing.assert_array_equal(buffer.to_numpy(np.float32), np.full(n, 7.0, np.float32))

@@ -21,11 +21,11 @@ def test_exit_with_pending_work_and_callbacks():
         import sys, numpy as np, oar
         stream = oar.Stream("refcpu:0")
         n = 256
-        a, b, c = (oar.DeviceBuffer(4 * n * n, "refcpu:0") for _ in range(3))
+        a, b, c = (oar.raw.DeviceBuffer(4 * n * n, "refcpu:0") for _ in range(3))
         a.copy_from_host(np.ones((n, n), np.float32)); b.copy_from_host(np.ones((n, n), np.float32))
-        matmul = oar.kernel_query("matmul", ["float32"] * 3, "refcpu:0")
+        matmul = oar.raw.kernel_query("matmul", ["float32"] * 3, "refcpu:0")
         for _ in range(20):
-            oar.kernel_launch(matmul, [a.desc([n, n]), b.desc([n, n])], [c.desc([n, n])], stream=stream)
+            oar.raw.kernel_launch(matmul, [a.desc([n, n]), b.desc([n, n])], [c.desc([n, n])], stream=stream)
         # one write per line: print() writes the end separately, so two threads could interleave
         stream.add_callback(lambda status: sys.stdout.write(f"callback ran with status {status}\n"))
         sys.stdout.write("leaving\n")
@@ -38,8 +38,8 @@ def test_exit_with_pending_work_and_callbacks():
 def test_exit_while_a_daemon_thread_launches():
     result = run_python("""
         import threading, numpy as np, oar
-        a, b, c = (oar.DeviceBuffer(64, "refcpu:0") for _ in range(3))
-        add = oar.kernel_query("add", ["float32"] * 3, "refcpu:0")
+        a, b, c = (oar.raw.DeviceBuffer(64, "refcpu:0") for _ in range(3))
+        add = oar.raw.kernel_query("add", ["float32"] * 3, "refcpu:0")
         inputs, outputs = [a.desc([16]), b.desc([16])], [c.desc([16])]
         started = threading.Event()
 
@@ -48,7 +48,7 @@ def test_exit_while_a_daemon_thread_launches():
             started.set()
             try:
                 while True:
-                    oar.kernel_launch(add, inputs, outputs, stream=stream)
+                    oar.raw.kernel_launch(add, inputs, outputs, stream=stream)
                     stream.add_callback(lambda status: None)
             except oar.OarError:
                 pass  # the plugin was finalized under us: expected

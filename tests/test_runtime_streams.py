@@ -21,22 +21,22 @@ def dev() -> str:
 
 def matmul_setup(dev: str, n: int = 192):
     """A kernel slow enough that a later stream that does not wait would overtake it."""
-    a, b, c = (oar.DeviceBuffer(4 * n * n, dev) for _ in range(3))
+    a, b, c = (oar.raw.DeviceBuffer(4 * n * n, dev) for _ in range(3))
     a.copy_from_host(np.full((n, n), 1.0, np.float32))
     b.copy_from_host(np.full((n, n), 1.0, np.float32))
-    kernel = oar.kernel_query("matmul", ["float32"] * 3, dev)
+    kernel = oar.raw.kernel_query("matmul", ["float32"] * 3, dev)
     return kernel, [a.desc([n, n]), b.desc([n, n])], [c.desc([n, n])], (a, b, c)
 
 
 def test_work_on_one_stream_runs_in_order(dev):
     stream = oar.Stream(dev)
-    a, b, out = (oar.DeviceBuffer(64, dev) for _ in range(3))
-    add = oar.kernel_query("add", ["float32"] * 3, dev)
+    a, b, out = (oar.raw.DeviceBuffer(64, dev) for _ in range(3))
+    add = oar.raw.kernel_query("add", ["float32"] * 3, dev)
     result = np.zeros(16, np.float32)
     a.copy_from_host_async(np.arange(16, dtype=np.float32), stream)
     b.copy_from_host_async(np.full(16, 2, np.float32), stream)
-    oar.kernel_launch(add, [a.desc([16]), b.desc([16])], [out.desc([16])], stream=stream)
-    oar.kernel_launch(add, [out.desc([16]), b.desc([16])], [a.desc([16])], stream=stream)
+    oar.raw.kernel_launch(add, [a.desc([16]), b.desc([16])], [out.desc([16])], stream=stream)
+    oar.raw.kernel_launch(add, [out.desc([16]), b.desc([16])], [a.desc([16])], stream=stream)
     a.to_numpy_async(result, stream)
     stream.synchronize()
     assert stream.query()
@@ -49,7 +49,7 @@ def test_event_orders_two_streams(dev):
     n = 192
     result = np.zeros((n, n), np.float32)
     for _ in range(4):
-        oar.kernel_launch(kernel, inputs, outputs, stream=producer)
+        oar.raw.kernel_launch(kernel, inputs, outputs, stream=producer)
     done = producer.record_event()
     consumer.wait_event(done)
     buffers[2].to_numpy_async(result, consumer)
@@ -62,7 +62,7 @@ def test_wait_stream(dev):
     first, second = oar.Stream(dev), oar.Stream(dev)
     kernel, inputs, outputs, buffers = matmul_setup(dev)
     result = np.zeros((192, 192), np.float32)
-    oar.kernel_launch(kernel, inputs, outputs, stream=first)
+    oar.raw.kernel_launch(kernel, inputs, outputs, stream=first)
     second.wait_stream(first)
     buffers[2].to_numpy_async(result, second)
     second.synchronize()
@@ -75,7 +75,7 @@ def test_event_timing(dev):
     start, end = oar.Event(enable_timing=True), oar.Event(enable_timing=True)
     start.record(stream)
     for _ in range(3):
-        oar.kernel_launch(kernel, inputs, outputs, stream=stream)
+        oar.raw.kernel_launch(kernel, inputs, outputs, stream=stream)
     end.record(stream)
     end.synchronize()
     assert end.query()
@@ -101,7 +101,7 @@ def test_unrecorded_event_is_complete(dev):
 def test_callback_runs_on_a_plugin_thread_after_earlier_work(dev):
     stream = oar.Stream(dev)
     kernel, inputs, outputs, buffers = matmul_setup(dev)
-    oar.kernel_launch(kernel, inputs, outputs, stream=stream)
+    oar.raw.kernel_launch(kernel, inputs, outputs, stream=stream)
     calls = []
     fired = threading.Event()
 
@@ -165,11 +165,11 @@ def test_default_streams_are_per_thread(dev):
 
 def test_kernel_launch_uses_the_current_stream(dev):
     stream = oar.Stream(dev)
-    a, out = oar.DeviceBuffer(64, dev), oar.DeviceBuffer(64, dev)
+    a, out = oar.raw.DeviceBuffer(64, dev), oar.raw.DeviceBuffer(64, dev)
     a.copy_from_host(np.arange(16, dtype=np.float32))
-    neg = oar.kernel_query("neg", ["float32"] * 2, dev)
+    neg = oar.raw.kernel_query("neg", ["float32"] * 2, dev)
     with stream:
-        oar.kernel_launch(neg, [a.desc([16])], [out.desc([16])])
+        oar.raw.kernel_launch(neg, [a.desc([16])], [out.desc([16])])
     stream.synchronize()
     assert np.array_equal(out.to_numpy(np.float32), -np.arange(16, dtype=np.float32))
 
@@ -199,7 +199,7 @@ def test_handles_of_another_device_are_refused(dev):
     event.record(oar.Stream(dev))
     with pytest.raises(ValueError, match="is on"):
         oar.Stream(other).wait_event(event)
-    buffer = oar.DeviceBuffer(16, dev)
+    buffer = oar.raw.DeviceBuffer(16, dev)
     with pytest.raises(ValueError):
         buffer.copy_from_host_async(np.zeros(4, np.float32), oar.Stream(other))
 
@@ -215,9 +215,9 @@ def test_failed_work_surfaces_once_at_synchronize(tmp_path):
         import numpy as np, oar
         dev = "refcpu:0"
         stream = oar.Stream(dev)
-        out = oar.DeviceBuffer(64, dev)
-        fault = oar.kernel_query("_refcpu_fault", ["float32"], dev)
-        oar.kernel_launch(fault, [], [out.desc([16])], stream=stream)
+        out = oar.raw.DeviceBuffer(64, dev)
+        fault = oar.raw.kernel_query("_refcpu_fault", ["float32"], dev)
+        oar.raw.kernel_launch(fault, [], [out.desc([16])], stream=stream)
         host = np.zeros(16, np.float32)
         out.to_numpy_async(host, stream)  # later work still runs
         try:

@@ -1,5 +1,5 @@
 """The host fallback end to end, on plugins assembled from Python callables
-(oar.abi.PythonPlugin) whose "device memory" is host memory and whose kernels
+(oar.vendor.abi.PythonPlugin) whose "device memory" is host memory and whose kernels
 are a few numpy functions: ops they lack run on the host, are counted and warned
 once; OAR_FALLBACK=0 makes them OpNotSupportedError; a plugin with no kernel at
 all still runs everything (strided reads and writes need no kernel)."""
@@ -14,7 +14,7 @@ import pytest
 
 import oar
 from oar import _C, plugin_manager, reference
-from oar.abi import C, PythonPlugin, ffi
+from oar.vendor.abi import C, PythonPlugin, ffi
 
 NOT_SUPPORTED = C.OAR_ERROR_NOT_SUPPORTED
 _NUMPY = {(C.OAR_DL_FLOAT, 32): np.float32, (C.OAR_DL_FLOAT, 64): np.float64, (C.OAR_DL_INT, 64): np.int64,

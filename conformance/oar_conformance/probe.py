@@ -21,7 +21,7 @@ PROBE_TIMEOUT_S = 120.0
 
 
 def _properties(plugin, device: int) -> dict:
-    from oar.abi import ffi
+    from oar.vendor.abi import ffi
 
     from oar_conformance.levels.raw_session import status_name
 
@@ -48,8 +48,8 @@ def _properties(plugin, device: int) -> dict:
 
 
 def describe(path: str) -> dict:
-    from oar import abi
-    from oar.abi import C, ffi
+    from oar.vendor import abi
+    from oar.vendor.abi import C, ffi
 
     from oar_conformance.levels.raw_session import CAPABILITY_BITS, c_string, status_name
 

@@ -1,7 +1,7 @@
 """MkDocs hook: the ABI reference and the op reference, generated at every build.
 
 ``reference/abi.md`` comes from the doc comments of ``interface/include/oar/device_api.h``
-(parsed by ``sdk/oar/abi_doc.py``, the parser ``oar new-backend`` uses too) and
+(parsed by ``sdk/oar/vendor/abi_doc.py``, the parser ``oar new-backend`` uses too) and
 ``reference/ops.md`` from ``interface/ops.yaml``. Neither page is committed: ``on_files`` adds
 them to the build in memory, so they can never be stale. ``python docs/hooks/reference.py DIR``
 writes them to DIR instead, to read or diff them.
@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 HEADER = REPO / "interface" / "include" / "oar" / "device_api.h"
 OPS_YAML = REPO / "interface" / "ops.yaml"
-ABI_DOC = REPO / "sdk" / "oar" / "abi_doc.py"
+ABI_DOC = REPO / "sdk" / "oar" / "vendor" / "abi_doc.py"
 
 GENERATED_NOTE = ("Generated from `{source}` at docs build time (`docs/hooks/reference.py`); "
                   "edit the source, not this page.")

@@ -34,19 +34,6 @@ from oar.errors import (
     ShapeError,
 )
 from oar.info import plugins_info
-from oar.kernels import (
-    Attrs,
-    DataType,
-    Kernel,
-    TensorDesc,
-    TypedAttr,
-    kernel_launch,
-    kernel_query,
-    launch,
-    module_compile,
-    module_load,
-)
-from oar.memory import DeviceBuffer
 from oar.memory_stats import (
     empty_cache,
     max_memory_allocated,
@@ -63,13 +50,11 @@ __version__ = "0.1.0"
 HOST_ABI_VERSION = _C.HOST_ABI_VERSION
 
 __all__ = [
-    "HOST_ABI_VERSION", "Attrs", "DataType", "DeviceBuffer", "DeviceError", "Event",
-    "InvalidDeviceError", "Kernel", "MemoryInfo", "OarError", "OutOfMemoryError", "PluginLoadError",
-    "PluginWarning", "Stream", "TensorDesc", "TypedAttr", "current_stream", "default_stream", "device",
-    "device_count", "get_device", "get_device_properties", "kernel_launch", "kernel_query", "launch",
-    "load_plugin", "mem_get_info", "module_compile", "module_load", "plugins_info", "set_device",
-    "synchronize", "empty_cache", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
-    "memory_reserved", "memory_stats", "reset_peak_memory_stats",
+    "HOST_ABI_VERSION", "DeviceError", "Event", "InvalidDeviceError", "MemoryInfo", "OarError",
+    "OutOfMemoryError", "PluginLoadError", "PluginWarning", "Stream", "current_stream", "default_stream",
+    "device", "device_count", "get_device", "get_device_properties", "load_plugin", "mem_get_info",
+    "plugins_info", "set_device", "synchronize", "empty_cache", "max_memory_allocated", "max_memory_reserved",
+    "memory_allocated", "memory_reserved", "memory_stats", "reset_peak_memory_stats",
 ]
 
 # ---- tensors and ops (oar.tensor, oar.ops: generated from interface/ops.yaml) ----
@@ -107,10 +92,17 @@ from oar.checkpoint import CheckpointError, load, save  # noqa: E402
 __all__ += ["CheckpointError", "autograd", "enable_grad", "is_grad_enabled", "load", "nn", "no_grad", "optim",
             "save", "set_grad_enabled"]
 
-# ---- the compiler (oar_codegen, imported on first use) ----
+# ---- the compiler (oar_codegen, imported on first use) and the capture interface it is built on ----
+from oar import capture  # noqa: E402
 from oar.compiler import compile  # noqa: E402,A001
 
-__all__ += ["compile"]
+__all__ += ["capture", "compile"]
+
+# ---- the raw device layer (DeviceBuffer, kernel_query/launch, modules): oar.raw ----
+from oar import raw  # noqa: E402
+from oar._moved import __getattr__  # noqa: E402  -- the moved names published material used
+
+__all__ += ["raw"]
 
 # ---- distributed (torch is imported only when a process group is made) ----
 from oar import distributed  # noqa: E402

@@ -208,8 +208,8 @@ def cache_clear() -> None:
                                    f"from {_text(kernel_cache.root)}")
 
 
-# The vendor's tooling: `oar new-backend` and `oar ci render` (oar/scaffold/cli.py).
-from oar.scaffold.cli import ci as _ci, new_backend as _new_backend  # noqa: E402
+# The vendor's tooling: `oar new-backend` and `oar ci render` (oar/vendor/scaffold/cli.py).
+from oar.vendor.scaffold.cli import ci as _ci, new_backend as _new_backend  # noqa: E402
 
 main.add_command(_new_backend)
 main.add_command(_ci)

@@ -177,7 +177,7 @@ class DeviceBuffer:
         return self.ptr
 
     def __repr__(self) -> str:
-        return f"<oar.DeviceBuffer {self.nbytes} bytes on {self.device} at {self.ptr:#x}>"
+        return f"<oar.raw.DeviceBuffer {self.nbytes} bytes on {self.device} at {self.ptr:#x}>"
 
 
 def _compact_strides(shape: Sequence[int]) -> list[int]:

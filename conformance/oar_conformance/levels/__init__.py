@@ -5,7 +5,7 @@ when imported, and defines:
 
 - ``DESCRIPTION``: one line for listings and reports;
 - ``SESSION_KIND``: how its worker reaches the plugin: ``"raw"`` (the cffi
-  binding, :class:`oar.abi.RawPlugin`, the library's entry points called
+  binding, :class:`oar.vendor.abi.RawPlugin`, the library's entry points called
   directly), ``"runtime"`` (through ``oar``'s runtime) or ``"collectives"``
   (raw, plus the rank processes of a communicator). A worker process serves
   one kind (two would share the library's state);

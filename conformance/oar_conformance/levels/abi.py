@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from oar import abi as oar_abi
+from oar.vendor import abi as oar_abi
 from oar_conformance.levels.raw_session import (
     STATUS_NAMES,
     RawContext,
@@ -35,7 +35,7 @@ from oar_conformance.registry import Failure, NotProvided, Skip, conformance_tes
 DESCRIPTION = "every entry point of oar/device_api.h, bad inputs included, through the raw C ABI"
 SESSION_KIND = "raw"
 
-from oar.abi import C, ffi  # noqa: E402
+from oar.vendor.abi import C, ffi  # noqa: E402
 
 SUCCESS = C.OAR_SUCCESS
 INVALID_ARGUMENT = C.OAR_ERROR_INVALID_ARGUMENT

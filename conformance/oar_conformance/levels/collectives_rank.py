@@ -34,8 +34,8 @@ import time
 
 import numpy as np
 
-from oar import abi
-from oar.abi import C, ffi
+from oar.vendor import abi
+from oar.vendor.abi import C, ffi
 from oar_conformance.levels.collectives_data import DTYPES, KINDS, SENTINEL_BYTE, Case, compare, expected_output, \
     rank_input
 

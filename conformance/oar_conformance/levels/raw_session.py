@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from oar import abi
-from oar.abi import C, ffi
+from oar.vendor import abi
+from oar.vendor.abi import C, ffi
 from oar_conformance.registry import Failure, NotProvided, Skip, TestCase
 
 __all__ = ["STATUS_NAMES", "CAPABILITY_BITS", "status_name", "RawSession", "RawContext", "Gate", "open_session"]

@@ -25,7 +25,7 @@ def header_path() -> Path:
     installed = resources.files("oar") / "include" / "oar" / HEADER_NAME
     if installed.is_file():
         return Path(str(installed))
-    source = Path(__file__).resolve().parents[2] / "interface" / "include" / "oar" / HEADER_NAME
+    source = Path(__file__).resolve().parents[3] / "interface" / "include" / "oar" / HEADER_NAME
     if source.is_file():
         return source
     raise FileNotFoundError(f"{HEADER_NAME} is neither installed with oar nor in a source checkout")
@@ -97,9 +97,9 @@ def table_fields() -> list[str]:
 
 
 def required_entries() -> list[str]:
-    """Entries the header marks ``Requirement: REQUIRED``, in ABI order (read by oar.abi_doc, the
+    """Entries the header marks ``Requirement: REQUIRED``, in ABI order (read by oar.vendor.abi_doc, the
     one parser of the header's doc comments)."""
-    from oar import abi_doc
+    from oar.vendor import abi_doc
 
     return [entry.name for entry in abi_doc.entries(header_path().read_text()) if entry.required]
 

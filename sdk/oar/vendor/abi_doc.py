@@ -78,7 +78,7 @@ def header_text(path: str | Path | None = None) -> str:
     """The header's text: from path, else the installed header, else the source checkout's."""
     if path is not None:
         return Path(path).read_text(encoding="utf-8")
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the oar package
     for candidate in (here / "include" / "oar" / "device_api.h",
                       here.parents[1] / "interface" / "include" / "oar" / "device_api.h"):
         if candidate.is_file():

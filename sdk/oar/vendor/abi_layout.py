@@ -121,7 +121,7 @@ def append_only_violations(recorded: dict, current: dict) -> list[str]:
 
 
 def main() -> None:
-    """Write the layout of the current header: python -m oar.abi_layout OUT.json"""
+    """Write the layout of the current header: python -m oar.vendor.abi_layout OUT.json"""
     import sys
 
     out = Path(sys.argv[1])

@@ -1,4 +1,4 @@
-"""Vendor CI configuration, rendered from the jinja2 templates in ``oar/ci_templates/``.
+"""Vendor CI configuration, rendered from the jinja2 templates in ``oar/vendor/ci_templates/``.
 
 ``oar ci render --system github|gitlab|jenkins`` prints one; ``oar new-backend`` writes them into
 a generated project. Each builds the plugin (``pip install .`` of the vendor's project, which
@@ -53,7 +53,7 @@ def render(system: str, *, device_type: str = "npu", expected: str | None = "con
 
     if system not in SYSTEMS:
         raise ValueError(f"unknown CI system {system!r}; choose from {', '.join(SYSTEMS)}")
-    from oar.scaffold import NAME_PATTERN
+    from oar.vendor.scaffold import NAME_PATTERN
 
     if not NAME_PATTERN.match(device_type):
         raise ValueError(f"device type {device_type!r} must be [a-z][a-z0-9_]{{0,31}}")

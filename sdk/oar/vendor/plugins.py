@@ -7,7 +7,7 @@ from pathlib import Path
 
 __all__ = ["refcpu_path", "opencl_path", "opencl_library", "opencl_driver_registered", "cuda_path", "cuda_library"]
 
-_PLUGINS = Path(__file__).resolve().parent / "_plugins"
+_PLUGINS = Path(__file__).resolve().parents[1] / "_plugins"  # oar/_plugins
 
 
 def refcpu_path() -> str:

@@ -140,7 +140,7 @@
  *   OAR_CUDA_LIB_DIRS     ':'-separated directories searched first for
  *                         libnvrtc / libcublas / libnccl (oar.plugins sets it
  *                         to the nvidia-* wheels' lib directories when unset)
- *   OAR_CUDA_DISABLE=1    read by oar (oar.plugins.cuda_path): the bundled
+ *   OAR_CUDA_DISABLE=1    read by oar (oar.vendor.plugins.cuda_path): the bundled
  *                         plugin is not offered at all
  */
 #ifndef OAR_CUDA_H_

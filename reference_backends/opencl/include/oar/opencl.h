@@ -122,7 +122,7 @@
  *                           inputs, one output of a cast dtype) whose launch
  *                           fails on the device with OAR_ERROR_INTERNAL, for
  *                           `conformance run --fault-op _opencl_fault`
- * (oar's entry point for this plugin, oar.plugins.opencl_path, offers it only
+ * (oar's entry point for this plugin, oar.vendor.plugins.opencl_path, offers it only
  * where an OpenCL driver is registered and OAR_OPENCL_DISABLE is not 1.)
  * init fails with OAR_ERROR_DEVICE_LOST, and logs why, when no platform or
  * no device matches.

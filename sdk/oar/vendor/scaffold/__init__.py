@@ -5,12 +5,11 @@ The project (see ``templates/``) is a C plugin over host memory: every REQUIRED 
 other entry is a stub returning ``OAR_ERROR_NOT_SUPPORTED`` that stays out of the function table
 until its group is switched on, and every op of ``ops.yaml`` has a kernel stub (``add`` and
 ``full`` implemented for float32 as examples; the others fall back to the host). The function
-table and the prototypes come from the header's doc comments (:mod:`oar.abi_doc`), the kernel
+table and the prototypes come from the header's doc comments (:mod:`oar.vendor.abi_doc`), the kernel
 stubs from ``ops.yaml``; nothing lists entries or ops by hand.
 
-The expected-results file the project ships is derived here from the conformance suite's own
-requirements (what each test needs: entries, capabilities, devices) applied to what the
-generated plugin provides; ``tests/test_new_backend.py`` runs the suite on a generated project
+The expected-results file the project ships is the conformance suite's own prediction
+(:func:`oar_conformance.predict.expected_statuses`) for what the generated plugin provides; ``tests/test_new_backend.py`` runs the suite on a generated project
 and checks that it gives exactly that.
 """
 
@@ -18,13 +17,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from oar import abi_doc
+from oar.vendor import abi_doc
 
-__all__ = ["Plugin", "NAME_PATTERN", "generate", "expected_results", "load_ops", "ProjectError"]
+__all__ = ["NAME_PATTERN", "scaffold_plugin", "generate", "expected_results", "load_ops", "ProjectError"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -45,24 +43,13 @@ class ProjectError(ValueError):
     """A name that cannot make a project, or a directory that is in the way."""
 
 
-@dataclass
-class Plugin:
-    """What a generated plugin provides, as the conformance suite sees it."""
-
-    entries: set[str]
-    capabilities: set[str] = field(default_factory=set)
-    device_count: int = 1
-    kernels: dict[str, set[str]] = field(default_factory=dict)  # op -> dtypes of its tests it serves
-    fault_op: str | None = None
-
-
 # ---- the op set ----------------------------------------------------------------------------
 
 def _ops_path() -> Path:
     override = os.environ.get("OAR_OPS_YAML")
     if override:
         return Path(override)
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]  # the oar package
     for candidate in (here / "ops.yaml", here.parents[1] / "interface" / "ops.yaml"):
         if candidate.is_file():
             return candidate
@@ -142,57 +129,22 @@ _OUT_DTYPE_NOTES = {
 
 # ---- what the conformance suite should report ---------------------------------------------
 
-def scaffold_plugin(fault_op: str) -> Plugin:
-    """The generated plugin as it comes: the REQUIRED entries, one device, no capability."""
+def scaffold_plugin(fault_op: str):
+    """The generated plugin as it comes, described for the suite's prediction: the REQUIRED
+    entries, one device, no capability, the example kernels."""
+    from oar_conformance.predict import PluginDescription
+
     required = {entry.name for entry in abi_doc.entries() if entry.required}
     kernels = {op: set(by_dtype) for op, by_dtype in EXAMPLE_KERNELS.items()}
-    return Plugin(entries=required, kernels=kernels, fault_op=fault_op)
+    return PluginDescription(entries=required, kernels=kernels, fault_op=fault_op)
 
 
-def expected_status(test, plugin: Plugin) -> str:
-    """The status the suite gives ``test`` (a registered TestCase) on ``plugin``.
+def expected_results(plugin, *, quick: bool = False) -> dict[str, str]:
+    """{test id: status} of every registered test (or of the quick tier) on ``plugin`` (a
+    :class:`oar_conformance.predict.PluginDescription`), as the suite predicts it."""
+    from oar_conformance.predict import expected_statuses
 
-    The rules are the suite's own: a test skips when an entry it requires is not provided, a
-    capability it needs is not claimed or it needs more devices (the worker checks this metadata),
-    ``abi.optional.<entry>`` skips when the entry is absent, ``abi.sticky.*`` when there is no
-    fault op, ``collectives.*`` without the whole collectives group; an op test passes when the plugin has the kernel and reports ``fallback`` otherwise
-    (a gradient case always falls back: the backward runs other ops); everything else passes,
-    because the generated implementation does what the header says. A wrong guess between pass,
-    fallback and skip is a DIFFERENCE in a run, never a failure.
-    """
-    if any(entry not in plugin.entries for entry in test.requires):
-        return "skip"
-    if any(capability not in plugin.capabilities for capability in test.capabilities):
-        return "skip"
-    if test.devices > plugin.device_count:
-        return "skip"
-    parts = test.id.split(".")
-    if parts[0] == "abi" and parts[1] == "optional":
-        groups = abi_doc.optional_groups()
-        wanted = groups.get(parts[2], [parts[2]])
-        return "pass" if all(entry in plugin.entries for entry in wanted) else "skip"
-    if parts[0] == "abi" and parts[1] == "sticky" and not plugin.fault_op:
-        return "skip"
-    if parts[0] == "collectives":  # the level skips every case unless the whole group is provided
-        from oar_conformance.levels.collectives import COLLECTIVE_ENTRIES
-
-        return "pass" if all(entry in plugin.entries for entry in COLLECTIVE_ENTRIES) else "skip"
-    if parts[0] == "ops":
-        # ops.<op>.<dtype>[.<case>]; a gradient case also runs the op's backward formula, made of
-        # other ops, and the scaffold has kernels for none of those
-        op, dtype, case = parts[1], parts[2], ".".join(parts[3:])
-        if case.startswith("grad"):
-            return "fallback"
-        return "pass" if dtype in plugin.kernels.get(op, ()) else "fallback"
-    return "pass"
-
-
-def expected_results(plugin: Plugin, *, quick: bool = False) -> dict[str, str]:
-    """{test id: status} of every registered test (or of the quick tier) on ``plugin``."""
-    from oar_conformance import levels, tiers
-
-    return {test.id: expected_status(test, plugin)
-            for test in tiers.select(list(levels.LEVEL_NAMES), quick=quick)}
+    return expected_statuses(plugin, quick=quick)
 
 
 # ---- rendering -------------------------------------------------------------------------------
@@ -233,7 +185,7 @@ def generate(name: str, device_type: str, directory: str | Path | None = None, *
     """Write the project ``name`` for ``device_type`` into ``directory`` (default: ./name);
     returns the files written. ``ci``: the CI systems to render (github, gitlab, jenkins)."""
     from oar import __version__ as oar_version
-    from oar import ci as oar_ci
+    from oar.vendor import ci as oar_ci
     from oar_conformance import EXPECTED_SCHEMA_VERSION
 
     _check_name("the project name", name)

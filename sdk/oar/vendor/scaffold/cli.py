@@ -24,7 +24,7 @@ def new_backend(name: str, device_type: str, directory: Path | None, ci_systems:
     stubs for every op of ops.yaml, CMake and pip builds registering it under oar.plugins, the
     expected conformance results, a README and CI configuration.
     """
-    from oar.scaffold import ProjectError, generate
+    from oar.vendor.scaffold import ProjectError, generate
 
     systems = [system for system in ci_systems if system != "none"]
     try:
@@ -59,7 +59,7 @@ def ci() -> None:
               help="GitHub runs-on label, GitLab runner tag or Jenkins agent label of a machine with the device.")
 def render(system, device_type, expected, quick, fault_op, python_version, oar_requirement, runner) -> None:
     """Print the CI configuration of SYSTEM (redirect it into the project)."""
-    from oar import ci as oar_ci
+    from oar.vendor import ci as oar_ci
 
     try:
         text = oar_ci.render(system, device_type=device_type, expected=expected or None, quick=quick,
