@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import oar
 from oar import capture
 from oar.devices import resolve
-from oar.streams import stream_of_device_name
 
 from oar_codegen import kernel_cache
 from oar_codegen.fusion import EagerUnit, FusedUnit, Plan
@@ -58,7 +57,6 @@ class Executable:
     def run_units(self, begin: int, end: int, binding: dict[int, int], seen: list) -> None:
         """Run units [begin, end) of the plan: fused kernels on the bound storages, the rest as the
         launches the replay took."""
-        stream = stream_of_device_name(self.device)
         for i in range(begin, end):
             unit = self.plan.units[i]
             if isinstance(unit, EagerUnit):
@@ -69,8 +67,8 @@ class Executable:
             args = [("device_ptr", binding[slot]) for slot in kernel.buffer_slots]
             if kernel.scratch is not None:
                 args.append(("device_ptr", capture.storage_address(kernel.scratch)))
-            for function, grid, block in kernel.launches:
-                function.module.plugin.launch(stream._c, function, grid, block, args, 0)
+            for function, grid, block in kernel.launches:  # on the current stream of the module's device
+                oar.raw.launch(function, grid, block, args)
 
 
 def run_eagerly(seen: list) -> None:
