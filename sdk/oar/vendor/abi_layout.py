@@ -124,6 +124,8 @@ def main() -> None:
     """Write the layout of the current header: python -m oar.vendor.abi_layout OUT.json"""
     import sys
 
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m oar.vendor.abi_layout OUT.json  (writes the current header's layout)")
     out = Path(sys.argv[1])
     tmp = out.with_suffix(".tmp")
     tmp.write_text(to_json(record()))
