@@ -7,7 +7,7 @@ import pytest
 
 from conformance_helpers import by_id, run_json
 from oar_conformance import levels, probe
-from oar_conformance.predict import PluginDescription, expected_statuses, predict_status
+from oar_conformance import PluginDescription, expected_statuses, predict_status
 from oar_conformance.registry import REGISTRY
 from oar.vendor import abi
 

@@ -16,4 +16,8 @@ __version__ = "0.1.0"
 RESULTS_SCHEMA_VERSION = 1
 EXPECTED_SCHEMA_VERSION = 1
 
-__all__ = ["__version__", "RESULTS_SCHEMA_VERSION", "EXPECTED_SCHEMA_VERSION"]
+# What the suite will report for a described plugin (oar new-backend's expected-results file).
+from oar_conformance.predict import PluginDescription, expected_statuses, predict_status  # noqa: E402
+
+__all__ = ["__version__", "RESULTS_SCHEMA_VERSION", "EXPECTED_SCHEMA_VERSION", "PluginDescription",
+           "expected_statuses", "predict_status"]

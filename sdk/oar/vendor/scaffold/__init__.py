@@ -9,8 +9,9 @@ table and the prototypes come from the header's doc comments (:mod:`oar.vendor.a
 stubs from ``ops.yaml``; nothing lists entries or ops by hand.
 
 The expected-results file the project ships is the conformance suite's own prediction
-(:func:`oar_conformance.predict.expected_statuses`) for what the generated plugin provides; ``tests/test_new_backend.py`` runs the suite on a generated project
-and checks that it gives exactly that.
+(:func:`oar_conformance.expected_statuses`) for what the generated plugin provides;
+``tests/test_new_backend.py`` runs the suite on a generated project and checks that it gives
+exactly that.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ _OUT_DTYPE_NOTES = {
 def scaffold_plugin(fault_op: str):
     """The generated plugin as it comes, described for the suite's prediction: the REQUIRED
     entries, one device, no capability, the example kernels."""
-    from oar_conformance.predict import PluginDescription
+    from oar_conformance import PluginDescription
 
     required = {entry.name for entry in abi_doc.entries() if entry.required}
     kernels = {op: set(by_dtype) for op, by_dtype in EXAMPLE_KERNELS.items()}
@@ -141,8 +142,8 @@ def scaffold_plugin(fault_op: str):
 
 def expected_results(plugin, *, quick: bool = False) -> dict[str, str]:
     """{test id: status} of every registered test (or of the quick tier) on ``plugin`` (a
-    :class:`oar_conformance.predict.PluginDescription`), as the suite predicts it."""
-    from oar_conformance.predict import expected_statuses
+    :class:`oar_conformance.PluginDescription`), as the suite predicts it."""
+    from oar_conformance import expected_statuses
 
     return expected_statuses(plugin, quick=quick)
 
