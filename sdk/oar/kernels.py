@@ -75,4 +75,6 @@ def launch(function: "_C.Function", grid: int | Sequence[int], block: int | Sequ
     module = function.module
     if stream is None:
         stream = stream_of_device_name(f"{module.plugin.device_type}:{module.device}")
-    module.plugin.launch(stream._c, function, grid, block, [_kernel_arg(a) for a in args], shared_memory_bytes)
+    # (kind, value) tuples as they are: oar.compile's fused kernels launch through here
+    module.plugin.launch(stream._c, function, grid, block, [a if type(a) is tuple else _kernel_arg(a) for a in args],
+                         shared_memory_bytes)
