@@ -140,3 +140,23 @@ def test_the_cli_check(tmp_path):
     done = subprocess.run([sys.executable, "-m", "oar_opset", "check", str(bad)], capture_output=True, text=True,
                           env=env)
     assert done.returncode == 2 and f"{bad}:11: op 'foo': unknown field 'dtyps'" in done.stderr
+
+
+def test_a_plugin_generator_fails_on_a_typo_with_file_and_line(tmp_path):
+    import subprocess
+    pytest.importorskip("jinja2")
+    text = open(OPS_YAML, encoding="utf-8").read()
+    assert "    kind: unary\n    method: true\n    fusion: elementwise\n    inputs: [x]\n" in text
+    bad = tmp_path / "ops.yaml"
+    bad.write_text(text.replace("    inputs: [x]\n    outputs: [out]\n    dtypes: [float32, float64]\n    out_dtype: float\n"
+                                "    semantics: out = e^x\n", "    inputs: [x]\n    outputs: [out]\n"
+                                "    dtypes: [float32, float64]\n    out_dytpe: float\n    semantics: out = e^x\n", 1))
+    line = next(n for n, row in enumerate(bad.read_text().splitlines(), 1) if "out_dytpe" in row)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "reference_backends", "cpu", "gen_op_table.py"),
+                           "--ops-yaml", str(bad), "--implemented",
+                           os.path.join(ROOT, "reference_backends", "cpu", "implemented_ops.txt"),
+                           "--out-dir", str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert f"gen_op_table.py: {bad}:{line}: op 'exp': unknown field 'out_dytpe' (did you mean 'out_dtype'?)" \
+        in done.stderr, done.stderr
+    assert not (tmp_path / "out" / "refcpu_op_table.inc").exists()
