@@ -12,6 +12,7 @@ import oar
 from oar.autograd import BackwardFormulaError, TensorMeta
 from oar.autograd.formulas import compile_backward
 from oar.autograd.schema import OpSpec, Port
+from oar_opset import Attr, Output
 
 
 def t(values, dev, requires_grad=False, dtype=np.float64):
@@ -214,7 +215,9 @@ def test_graph_is_collected_once_unreferenced(dev):
 
 
 def _spec(backward, inputs=("x",), attrs=()):
-    return OpSpec("fake", "unary", tuple(Port(n) for n in inputs), (Port("out"),), tuple(attrs), {}, backward)
+    return OpSpec(name="fake", kind="unary", inputs=tuple(Port(n) for n in inputs), outputs=(Output("out"),),
+                  attrs=tuple(Attr(a, "int", required=True) for a in attrs), dtypes=("float32",), dtype_set=None,
+                  out_dtype="same", backward=backward)
 
 
 def test_formula_errors_name_the_op_the_input_and_the_problem():

@@ -14,47 +14,49 @@ from oar_conformance import opcases
 from oar_conformance.levels import ops as ops_level
 from oar_conformance.tolerances import CONTRACT, FLOAT_DTYPES
 
-OPS = [name for name in ops.names if ops.schema(name)["kind"] != "view"]
+OPS = [op.name for op in ops.opset if op.kind != "view"]
 
 
 def all_cases():
     for op in OPS:
-        schema = ops.schema(op)
-        for dtype in schema["dtypes"]:
-            for name in opcases.case_names(op, schema, dtype):
-                yield op, schema, dtype, name
+        spec = ops.opset[op]
+        for dtype in spec.dtypes:
+            for name in opcases.case_names(op, spec, dtype):
+                yield op, spec, dtype, name
 
 
 def build(op: str, dtype: str, name: str, seed: int = 0) -> opcases.Case:
-    return opcases.build(op, ops.schema(op), dtype, name, np.random.default_rng(seed))
+    return opcases.build(op, ops.opset[op], dtype, name, np.random.default_rng(seed))
 
 
 def test_every_op_and_dtype_gets_the_case_kinds_its_fields_call_for():
     for op in OPS:
-        schema = ops.schema(op)
-        kind = schema["kind"]
-        for dtype in schema["dtypes"]:
-            names = set(opcases.case_names(op, schema, dtype))
+        spec = ops.opset[op]
+        kind = spec.kind
+        for dtype in spec.dtypes:
+            names = set(opcases.case_names(op, spec, dtype))
             assert {"basic", "empty", "large"} <= names, (op, dtype, names)
-            if schema["inputs"]:
+            if spec.inputs:
                 assert "strided" in names, (op, dtype)
             if kind in ("unary", "binary", "ternary", "reduction") or (kind == "creation" and op != "arange"):
                 assert "scalar" in names, (op, dtype)
-            if schema["broadcast"]:
+            if spec.broadcast:
                 assert "broadcast" in names, (op, dtype)
-            differentiable = bool(opcases.differentiable_inputs(schema))
+            differentiable = bool(opcases.differentiable_inputs(spec))
             assert ("grad" in names) == (differentiable and dtype in FLOAT_DTYPES), (op, dtype)
 
 
 def test_every_defaulted_attr_has_a_case_at_a_non_default_value():
     for op in OPS:
-        schema = ops.schema(op)
-        for dtype in schema["dtypes"]:
-            found = opcases.alternatives(op, schema, dtype)
-            for name, type_, required, default in schema["attrs"]:
-                if required:
+        spec = ops.opset[op]
+        for dtype in spec.dtypes:
+            found = opcases.alternatives(op, spec, dtype)
+            for attr in spec.attrs:
+                name, type_, default = attr.name, attr.type, attr.default
+                if attr.required:
                     continue
                 assert name in found, f"{op}.{name} ({type_}, default {default!r}) has no non-default value"
+                default = list(default) if isinstance(default, tuple) else default
                 assert all(value != default for value in found[name]), (op, name, found[name])
 
 
@@ -68,11 +70,11 @@ def test_the_test_ids_encode_op_dtype_and_case():
 
 
 def test_each_case_has_the_property_its_name_promises():
-    for op, schema, dtype, name in all_cases():
-        case = opcases.build(op, schema, dtype, name, np.random.default_rng(0))
+    for op, spec, dtype, name in all_cases():
+        case = opcases.build(op, spec, dtype, name, np.random.default_rng(0))
         shapes = [np.shape(x) for x in case.inputs]
         where = (op, dtype, name, shapes, case.shape)
-        if schema["kind"] == "creation":
+        if spec.kind == "creation":
             assert not case.inputs
             if name == "scalar":
                 assert case.shape == (), where
@@ -83,7 +85,7 @@ def test_each_case_has_the_property_its_name_promises():
             continue
         if name == "scalar":
             assert any(s == () for s in shapes), where
-            if schema["kind"] != "index":
+            if spec.kind != "index":
                 assert all(s == () for s in shapes), where
         elif name == "empty":
             assert any(0 in s for s in shapes), where
@@ -96,22 +98,22 @@ def test_each_case_has_the_property_its_name_promises():
             assert max(math.prod(s) for s in shapes) >= 10000, where
         elif name.startswith("without_"):
             dropped = name[len("without_"):].split("_")
-            kept = [n for n, _, _ in schema["inputs"]][:len(case.inputs)]
-            assert len(case.inputs) == len(schema["inputs"]) - len(dropped) and not set(dropped) & set(kept), where
+            kept = [i.name for i in spec.inputs][:len(case.inputs)]
+            assert len(case.inputs) == len(spec.inputs) - len(dropped) and not set(dropped) & set(kept), where
         elif name.startswith("to_"):
             assert case.attrs["dtype"] == name[3:], where
         elif name.startswith("attr_"):
-            defaults = {a: d for a, _, required, d in schema["attrs"] if not required}
+            defaults = spec.attr_defaults
             assert any(case.attrs.get(a, d) != d for a, d in defaults.items()), where
         elif name == "grad":
             assert case.grad and case.differentiable, where
             for index in case.differentiable:
                 assert np.asarray(case.inputs[index]).dtype.name == dtype, where
-        for (input_name, role, _), array in zip(schema["inputs"], case.inputs):
+        for port, array in zip(spec.inputs, case.inputs):
             array = np.asarray(array)
-            if role == "condition":
+            if port.role == "condition":
                 assert array.dtype == np.bool_, where
-            elif role == "index":
+            elif port.role == "index":
                 assert array.dtype.kind == "i", where
             else:
                 assert array.dtype.name == dtype, where
@@ -124,7 +126,7 @@ def test_cases_are_deterministic_and_index_inputs_in_range():
         first, second = build(op, dtype, name, 7), build(op, dtype, name, 7)
         for a, b in zip(first.inputs, second.inputs):
             np.testing.assert_array_equal(a, b)
-        ops_level.reference_result(op, ops.schema(op), first)  # the reference checks index ranges
+        ops_level.reference_result(op, ops.opset[op], first)  # the reference checks index ranges
     scatter = build("scatter", "float32", "large")
     assert all(len(set(row)) == len(row) for row in scatter.inputs[1])  # no two writes to one place
     ce = build("cross_entropy", "float32", "basic")
@@ -148,7 +150,7 @@ def test_the_float64_gradient_reference_is_accurate():
     rng = np.random.default_rng(3)
     case = build("mul", "float64", "grad")
     upstream = rng.uniform(-1, 1, np.broadcast_shapes(*[np.shape(x) for x in case.inputs]))
-    da, db = ops_level.reference_gradients("mul", ops.schema("mul"), case, upstream)
+    da, db = ops_level.reference_gradients("mul", ops.opset["mul"], case, upstream)
     a, b = case.inputs
     want_a = np.sum(upstream * np.broadcast_to(b, upstream.shape), axis=1, keepdims=True)  # a is (3, 1, 4)
     want_b = np.sum(upstream * np.broadcast_to(a, upstream.shape), axis=(0, 2), keepdims=True)[0]  # b is (2, 1)
@@ -156,7 +158,7 @@ def test_the_float64_gradient_reference_is_accurate():
     np.testing.assert_allclose(db, want_b, rtol=1e-10, atol=1e-12)
     case = build("log", "float64", "grad")
     upstream = rng.uniform(-1, 1, np.shape(case.inputs[0]))
-    (dx,) = ops_level.reference_gradients("log", ops.schema("log"), case, upstream)
+    (dx,) = ops_level.reference_gradients("log", ops.opset["log"], case, upstream)
     np.testing.assert_allclose(dx, upstream / case.inputs[0], rtol=1e-9)
 
 

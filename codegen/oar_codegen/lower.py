@@ -1,8 +1,8 @@
 """Which launches the compiler can fuse, over which domain, and as which expressions.
 
-A launch is fusable when its op has a rule here, its tensors are float32 (or
-bool where the op makes or takes a condition), and its iteration space splits
-into rows and columns:
+A launch is fusable when ops.yaml gives its op a ``fusion`` class, its tensors
+are float32 (or bool where the op makes or takes a condition), and its
+iteration space splits into rows and columns:
 
 - elementwise ops (the runtime hands them inputs already broadcast to the
   output's shape) iterate their output;
@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
+
+import oar_opset
 
 from oar_codegen.ir import COLUMN_SUM, Access, Expr, ExprBuilder
 from oar_codegen.trace import Launch, Ref
@@ -99,18 +101,20 @@ def access_of(ref: Ref, shape: Sequence[int], split: int) -> Access | None:
 
 # ---- the domain of a launch ---------------------------------------------------------------------
 
-_UNARY = {"neg", "abs", "sign", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh",
-          "sigmoid", "relu", "erf", "gelu", "silu", "clamp", "copy", "cast", "isnan", "logical_not"}
-_BINARY = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-           "logical_and", "logical_or", "gelu_backward", "where"}
-_TRAILING = {"sum", "mean", "max", "min", "var"}
-_LAST_DIM = {"softmax", "log_softmax"}
-_NORMS = {"rms_norm", "layer_norm", "rms_norm_backward_input", "layer_norm_backward_input"}
-_CROSS_ENTROPY = {"cross_entropy", "cross_entropy_backward"}
+# The op classes come from ops.yaml's `fusion` field (oar_opset's model).
+_OPSET = oar_opset.default()
+_ELEMENTWISE = _OPSET.fused_as("elementwise")
+_TRAILING = _OPSET.fused_as("reduction")         # over trailing dims (row), or leading dims for sum (col)
+_LAST_DIM = _OPSET.fused_as("last_dim")          # softmax and log_softmax
+_NORMS = _OPSET.fused_as("row_norm")             # over the trailing normalized_ndim dims
+_ROW_LOSS = _OPSET.fused_as("row_loss")          # rows of [N, C] logits: cross_entropy and its backward
 _INDEX_TYPES = {"int32", "int64"}
-_BOOL_OK = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "isnan", "where",
-            "cast", "copy"}
-FUSABLE_OPS = frozenset(_UNARY | _BINARY | _TRAILING | _LAST_DIM | _NORMS | _CROSS_ENTROPY)
+# Elementwise ops that make or take bool (a bool output, bool among their dtypes, or a condition input).
+_BOOL_OK = frozenset(name for name in _ELEMENTWISE
+                     if _OPSET[name].out_dtype == "bool" or "bool" in _OPSET[name].dtypes
+                     or any(i.role == "condition" for i in _OPSET[name].inputs))
+_BOOL_RESULT = frozenset(name for name in _ELEMENTWISE if _OPSET[name].out_dtype == "bool")
+FUSABLE_OPS = _ELEMENTWISE | _TRAILING | _LAST_DIM | _NORMS | _ROW_LOSS
 
 
 def _reduced_dims(launch: Launch, ndim: int) -> list[int]:
@@ -127,7 +131,7 @@ def domain_of(launch: Launch) -> Domain:
     if op not in FUSABLE_OPS:
         raise LoweringRefused(f"{op} has no fused form (it runs as the plugin's kernel)")
     for k, ref in enumerate(launch.inputs + launch.outputs):
-        if op in _CROSS_ENTROPY and k == len(launch.inputs) - 1 and ref.dtype in _INDEX_TYPES:
+        if k < len(launch.inputs) and _OPSET[op].inputs[k].role == "index" and ref.dtype in _INDEX_TYPES:
             continue  # the target: class indices
         if ref.dtype not in FLOATS and not (ref.dtype == "bool" and op in _BOOL_OK):
             raise LoweringRefused(f"{op} on {ref.dtype} (fusion handles float32, float16 and bfloat16, "
@@ -137,7 +141,7 @@ def domain_of(launch: Launch) -> Domain:
     if any(math.prod(ref.shape) == 0 for ref in launch.inputs + launch.outputs):
         raise LoweringRefused(f"{op} on an empty tensor")
     x = launch.inputs[0].shape if launch.inputs else ()
-    if op in _UNARY or op in _BINARY:
+    if op in _ELEMENTWISE:
         shape = tuple(launch.outputs[0].shape)
         return Domain("ew", shape, max(len(shape) - 1, 0))
     if op in _TRAILING:
@@ -154,7 +158,7 @@ def domain_of(launch: Launch) -> Domain:
         if n == 0 or int(launch.attrs["dim"]) % n != n - 1:
             raise LoweringRefused(f"{op} over dim {launch.attrs['dim']} (fused only over the last dim)")
         return Domain("row", tuple(x), n - 1)
-    if op in _CROSS_ENTROPY:
+    if op in _ROW_LOSS:
         logits = launch.inputs[0 if op == "cross_entropy" else 1].shape
         if len(logits) != 2:
             raise LoweringRefused(f"{op} of logits of shape {tuple(logits)} (fused for [N, C])")
@@ -278,8 +282,7 @@ def _elementwise(b: ExprBuilder, op: str, attrs: dict, ins: list, out_dtype: str
     if op == "where":
         condition = ins[0] if ins[0].dtype == "bool" else b.call("ne", ins[0], b.const(0.0), dtype="bool")
         return b.call("where", condition, ins[1], ins[2])
-    bool_result = op in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "isnan")
-    return b.call(op, *ins, dtype="bool" if bool_result else "float")
+    return b.call(op, *ins, dtype="bool" if op in _BOOL_RESULT else "float")
 
 
 def _cross_entropy_parts(b: ExprBuilder, attrs: dict, logits: Expr, target: Expr):

@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from oar_conformance.tolerances import FLOAT_DTYPES
+from oar_opset import Op
 
 __all__ = ["Case", "RULES", "case_names", "build", "alternatives", "is_accumulating", "differentiable_inputs",
            "expected_out_dtype", "ALL_DTYPES"]
@@ -347,13 +348,14 @@ def _value_name(value: Any) -> str:
     return "".join(c if c.isalnum() else "_" for c in text).strip("_")
 
 
-def alternatives(op: str, schema: dict, dtype: str) -> dict[str, list]:
+def alternatives(op: str, spec: Op, dtype: str) -> dict[str, list]:
     """Non-default values of each defaulted attr: from RULES, else from the attr's type
     (bool: flipped; int: default + 1; a reduction's ``dim`` of type ints: [1])."""
     table = RULES.get(op, {}).get("alternatives", {})
     found: dict[str, list] = {}
-    for name, type_, required, default in schema["attrs"]:
-        if required:
+    for attr in spec.attrs:
+        name, type_, default = attr.name, attr.type, attr.default
+        if attr.required:
             continue
         if name in table:
             value = table[name]
@@ -366,25 +368,25 @@ def alternatives(op: str, schema: dict, dtype: str) -> dict[str, list]:
             found[name] = [not default]
         elif type_ == "int":
             found[name] = [int(default) + 1]
-        elif type_ == "ints" and name == "dim" and schema["kind"] == "reduction":
+        elif type_ == "ints" and name == "dim" and spec.kind == "reduction":
             found[name] = [[1]]
     return found
 
 
-def _required(op: str, schema: dict, dtype: str) -> dict:
+def _required(op: str, spec: Op, dtype: str) -> dict:
     table = RULES.get(op, {}).get("required", {})
     attrs = {}
-    for name, _, required, _ in schema["attrs"]:
-        if required and name in table:
-            value = table[name]
-            attrs[name] = value(dtype) if callable(value) else value
+    for attr in spec.attrs:
+        if attr.required and attr.name in table:
+            value = table[attr.name]
+            attrs[attr.name] = value(dtype) if callable(value) else value
     return attrs
 
 
-def _optional_tails(schema: dict) -> list[list[str]]:
+def _optional_tails(spec: Op) -> list[list[str]]:
     """The trailing optional inputs that can be left out: [["bias"], ["weight", "bias"]] for layer_norm."""
-    names = [name for name, _, optional in schema["inputs"]]
-    optional = [name for name, _, opt in schema["inputs"] if opt]
+    names = [i.name for i in spec.inputs]
+    optional = [i.name for i in spec.inputs if i.optional]
     tails = []
     for count in range(1, len(optional) + 1):
         tail = names[len(names) - count:]
@@ -395,36 +397,35 @@ def _optional_tails(schema: dict) -> list[list[str]]:
 
 # ---- which cases --------------------------------------------------------------------------------------
 
-def is_accumulating(op: str, schema: dict) -> bool:
-    return schema["kind"] in ("reduction", "matmul", "nn") or bool(RULES.get(op, {}).get("accumulates"))
+def is_accumulating(op: str, spec: Op) -> bool:
+    return spec.kind in ("reduction", "matmul", "nn") or bool(RULES.get(op, {}).get("accumulates"))
 
 
-def differentiable_inputs(schema: dict, count: int | None = None) -> list[int]:
+def differentiable_inputs(spec: Op, count: int | None = None) -> list[int]:
     """Indices of the data inputs ops.yaml gives a backward formula for (within the first ``count``)."""
-    backward = schema.get("backward") or {}
-    inputs = schema["inputs"][:count] if count is not None else schema["inputs"]
-    return [i for i, (name, role, _) in enumerate(inputs) if role == "data" and name in backward]
+    inputs = spec.inputs[:count] if count is not None else spec.inputs
+    return [k for k, i in enumerate(inputs) if i.role == "data" and i.name in spec.backward]
 
 
-def _shapes_for(op: str, schema: dict, case: str, attrs: dict):
+def _shapes_for(op: str, spec: Op, case: str, attrs: dict):
     """([input shapes], derived attrs) for a case, or None when the case does not apply."""
-    kind = schema["kind"]
+    kind = spec.kind
     rule = RULES.get(op, {})
     if "shapes" in rule and not (case == "scalar" and "scalar_shapes" in rule):
         return rule["shapes"](case, attrs)
     if case == "scalar" and "scalar_shapes" in rule:
         return [tuple(s) for s in rule["scalar_shapes"]], {}
-    count = len(schema["inputs"])
+    count = len(spec.inputs)
     if kind == "creation":
         shape = CREATION_SHAPES.get(case)
         return None if shape is None else ([shape], {})
     if kind in ELEMENTWISE_KINDS:
-        if case == "broadcast" and not schema["broadcast"]:
+        if case == "broadcast" and not spec.broadcast:
             return None
         table = ELEMENTWISE_SHAPES.get(case)
         if table is None:
             return None
-        if not schema["broadcast"] or case in ("basic", "strided", "large", "scalar"):
+        if not spec.broadcast or case in ("basic", "strided", "large", "scalar"):
             return [table[0]] * count, {}
         return [table[i % len(table)] for i in range(count)], {}
     if kind == "reduction":
@@ -433,43 +434,43 @@ def _shapes_for(op: str, schema: dict, case: str, attrs: dict):
     return None
 
 
-def case_names(op: str, schema: dict, dtype: str) -> list[str]:
+def case_names(op: str, spec: Op, dtype: str) -> list[str]:
     """The case names of (op, dtype), in a fixed order."""
-    if schema["kind"] == "view":
+    if spec.kind == "view":
         return []
     names = []
-    required = _required(op, schema, dtype)
+    required = _required(op, spec, dtype)
     for case in BASE_CASES:
-        if case == "strided" and not schema["inputs"]:
+        if case == "strided" and not spec.inputs:
             continue
-        if _shapes_for(op, schema, case, required) is not None:
+        if _shapes_for(op, spec, case, required) is not None:
             names.append(case)
-    for name, type_, is_required, _ in schema["attrs"]:
-        if type_ == "dtype":
+    for attr in spec.attrs:
+        if attr.type == "dtype":
             names.extend(f"to_{target}" for target in ALL_DTYPES)
-    for name, options in alternatives(op, schema, dtype).items():
+    for name, options in alternatives(op, spec, dtype).items():
         if len(options) == 1:
             names.append(f"attr_{name}")
         else:
             names.extend(f"attr_{name}_{_value_name(option)}" for option in options)
-    for tail in _optional_tails(schema):
+    for tail in _optional_tails(spec):
         names.append("without_" + "_".join(tail))
-    if _is_float(dtype) and differentiable_inputs(schema) and \
-            _shapes_for(op, schema, "grad", {**required, **RULES.get(op, {}).get("grad_attrs", {})}) is not None:
+    if _is_float(dtype) and differentiable_inputs(spec) and \
+            _shapes_for(op, spec, "grad", {**required, **RULES.get(op, {}).get("grad_attrs", {})}) is not None:
         names.append("grad")
     return names
 
 
 # ---- building a case ----------------------------------------------------------------------------------
 
-def _case_setup(op: str, schema: dict, dtype: str, name: str) -> tuple[str, dict, int]:
+def _case_setup(op: str, spec: Op, dtype: str, name: str) -> tuple[str, dict, int]:
     """(the base case whose shapes it uses, its attrs, how many inputs it passes)."""
-    attrs = _required(op, schema, dtype)
-    count = len(schema["inputs"])
+    attrs = _required(op, spec, dtype)
+    count = len(spec.inputs)
     base = name
     if name in BASE_CASES:
-        if name == "empty" and schema.get("nonempty_reduction"):
-            types = {a: t for a, t, _, _ in schema["attrs"]}
+        if name == "empty" and spec.nonempty_reduction:
+            types = {a.name: a.type for a in spec.attrs}
             attrs["dim"] = [1] if types.get("dim") == "ints" else 1  # reduce a non-empty dim of (0, 7)
         if name == "scalar" and isinstance(attrs.get("dim"), int):
             attrs["dim"] = 0  # the only dim of a 0-d tensor
@@ -477,8 +478,8 @@ def _case_setup(op: str, schema: dict, dtype: str, name: str) -> tuple[str, dict
     base = "basic"
     if name == "grad":
         attrs.update(RULES.get(op, {}).get("grad_attrs", {}))
-        if schema["kind"] == "reduction":
-            for attr, options in alternatives(op, schema, dtype).items():
+        if spec.kind == "reduction":
+            for attr, options in alternatives(op, spec, dtype).items():
                 if attr == "dim":
                     attrs[attr] = options[0]
         return "grad", attrs, count
@@ -486,10 +487,10 @@ def _case_setup(op: str, schema: dict, dtype: str, name: str) -> tuple[str, dict
         attrs["dtype"] = name[3:]
         return base, attrs, count
     if name.startswith("without_"):
-        for tail in _optional_tails(schema):
+        for tail in _optional_tails(spec):
             if name == "without_" + "_".join(tail):
                 return base, attrs, count - len(tail)
-    for attr, options in alternatives(op, schema, dtype).items():
+    for attr, options in alternatives(op, spec, dtype).items():
         for option in options:
             label = f"attr_{attr}" if len(options) == 1 else f"attr_{attr}_{_value_name(option)}"
             if name == label:
@@ -506,22 +507,23 @@ def _domain(op: str, input_name: str):
     return low, high, (special[0] if special else None)
 
 
-def build(op: str, schema: dict, dtype: str, name: str, rng: np.random.Generator) -> Case:
+def build(op: str, spec: Op, dtype: str, name: str, rng: np.random.Generator) -> Case:
     """The inputs, attrs and layouts of case ``name`` of (op, dtype), drawn from ``rng``."""
-    base, attrs, count = _case_setup(op, schema, dtype, name)
-    found = _shapes_for(op, schema, base, attrs)
+    base, attrs, count = _case_setup(op, spec, dtype, name)
+    found = _shapes_for(op, spec, base, attrs)
     if found is None:
         raise KeyError(f"op {op} has no shapes for case {name!r}")
     shapes, derived = found
     attrs.update(derived)
     rule = RULES.get(op, {})
-    out_dtype = expected_out_dtype(schema, dtype, attrs)
-    if schema["kind"] == "creation":
+    out_dtype = expected_out_dtype(spec, dtype, attrs)
+    if spec.kind == "creation":
         return Case(name, attrs=attrs, shape=shapes[0], dtype=dtype, out_dtype=out_dtype)
     grad = name == "grad"
-    differentiable = differentiable_inputs(schema, count) if grad else []
+    differentiable = differentiable_inputs(spec, count) if grad else []
     inputs = []
-    for index, (input_name, role, _) in enumerate(schema["inputs"][:count]):
+    for index, port in enumerate(spec.inputs[:count]):
+        input_name, role = port.name, port.role
         shape = shapes[index]
         if role == "condition":
             array = rng.random(shape) < 0.5
@@ -548,9 +550,9 @@ def build(op: str, schema: dict, dtype: str, name: str, rng: np.random.Generator
                 out_dtype=out_dtype)
 
 
-def expected_out_dtype(schema: dict, dtype: str, attrs: dict) -> str:
+def expected_out_dtype(spec: Op, dtype: str, attrs: dict) -> str:
     """The dtype ops.yaml's out_dtype rule gives the output of (op, dtype): every data input of a case
     has the op's dtype (e.g. sum, out_dtype accumulate: int32 -> int64, float32 -> float32)."""
     from oar.reference import output_dtype
 
-    return output_dtype(str(schema["out_dtype"]), [dtype], attrs.get("dtype"))
+    return output_dtype(spec.out_dtype, [dtype], attrs.get("dtype"))

@@ -182,52 +182,54 @@ KIND_TITLES = {
 }
 
 
-def _ops_header_comment(text: str) -> str:
-    lines = []
-    for line in text.splitlines():
-        if not line.startswith("#"):
-            break
-        lines.append(line[2:] if line.startswith("# ") else line[1:])
-    return "\n".join(lines).strip()
+def _opset():
+    """oar_opset, imported from the source tree (the docs need no installed oar)."""
+    sys.path.insert(0, str(REPO / "interface"))
+    try:
+        import oar_opset
+    finally:
+        sys.path.pop(0)
+    return oar_opset
 
 
-def ops_markdown(text: str | None = None) -> str:
-    import yaml
-
-    text = OPS_YAML.read_text(encoding="utf-8") if text is None else text
-    document = yaml.safe_load(text)
-    sets = document.get("dtype_sets") or {}
-    ops = document["ops"]
-    by_kind: dict[str, list[str]] = {}
-    for name, spec in ops.items():
-        by_kind.setdefault(spec["kind"], []).append(name)
+def ops_markdown(opset=None) -> str:
+    """The op reference page of an oar_opset.OpSet (by default: interface/ops.yaml, checked)."""
+    opset = _opset().load(str(OPS_YAML)) if opset is None else opset
+    by_kind: dict[str, list] = {}
+    for op in opset:
+        by_kind.setdefault(op.kind, []).append(op)
     lines = [
-        f"# Op reference ({len(ops)} ops)", "",
+        f"# Op reference ({len(opset)} ops)", "",
         GENERATED_NOTE.format(source="interface/ops.yaml"), "",
-        "Every op is defined once, in `interface/ops.yaml`. A plugin implements an op by answering "
+        "Every op is defined once, in `interface/ops.yaml`, and read through one typed model, the "
+        "package `oar_opset` ([the op model](op-model.md)). A plugin implements an op by answering "
         "`kernel_query(op, dtypes)` (the dtypes of the inputs, then of the outputs) and running "
         "`kernel_launch` with the inputs, outputs and attributes listed here; an op it does not answer "
         "runs through the host fallback. The runtime's op functions (`oar.ops.<name>`), autograd, the "
         "conformance op tests and the `oar new-backend` kernel stubs are generated from the same file.", "",
         "## The file's own key", "",
-        "```text", _ops_header_comment(text), "```", "",
+        "```text", opset.header, "```", "",
         "## dtype sets", "",
         "| set | dtypes |", "|---|---|",
     ]
-    for name, members in sets.items():
+    for name, members in opset.dtype_sets.items():
         lines.append(f"| `{name}` | {', '.join(members)} |")
     lines += ["", "## All ops", "", "| op | kind | inputs | attrs | dtypes | out dtype |", "|---|---|---|---|---|---|"]
-    for name, spec in ops.items():
-        attrs = ", ".join(spec.get("attrs") or {}) or "-"
-        dtypes = spec["dtypes"] if isinstance(spec["dtypes"], str) else ", ".join(spec["dtypes"])
-        inputs = ", ".join(str(i) for i in spec.get("inputs") or []) or "-"
-        lines.append(f"| [`{name}`](#{name}) | {spec['kind']} | {cell(inputs)} | {cell(attrs)} | {cell(dtypes)} | "
-                     f"{spec.get('out_dtype', '-')} |")
-    for kind, names in by_kind.items():
+    for op in opset:
+        attrs = ", ".join(op.attr_names) or "-"
+        dtypes = op.dtype_set or ", ".join(op.dtypes)
+        inputs = ", ".join(_port_text(i) for i in op.inputs) or "-"
+        lines.append(f"| [`{op.name}`](#{op.name}) | {op.kind} | {cell(inputs)} | {cell(attrs)} | {cell(dtypes)} | "
+                     f"{op.out_dtype} |")
+    for kind, ops in by_kind.items():
         lines += ["", f"## {KIND_TITLES.get(kind, kind)}", ""]
-        for name in names:
-            lines += _op_markdown(name, ops[name], sets)
+        for op in ops:
+            lines += _op_markdown(op, opset.dtype_sets)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _port_text(port) -> str:
+    return port.name + ("?" if port.optional else "") + ("..." if port.variadic else "")
 
 
 # What each out_dtype rule of ops.yaml gives (a dtype name gives itself).
@@ -245,31 +247,36 @@ def _out_dtype_text(rule) -> str:
     return f"{rule}: {meaning}" if meaning else str(rule)
 
 
-def _op_markdown(name: str, spec: dict, sets: dict) -> list[str]:
-    dtypes = spec["dtypes"]
-    dtype_text = f"{dtypes} ({', '.join(sets[dtypes])})" if isinstance(dtypes, str) else ", ".join(dtypes)
-    inputs = [str(i) for i in spec.get("inputs") or []]
-    outputs = [str(o) for o in spec.get("outputs") or []]
-    lines = [f"### {name}", "", cell(str(spec.get("semantics", ""))).replace("*", "\\*"), "",
+def _op_markdown(op, sets) -> list[str]:
+    dtype_text = f"{op.dtype_set} ({', '.join(sets[op.dtype_set])})" if op.dtype_set else ", ".join(op.dtypes)
+    inputs = [_port_text(i) + (f" ({i.role})" if i.role != "data" else "") for i in op.inputs]
+    outputs = [_port_text(o) for o in op.outputs]
+    lines = [f"### {op.name}", "", cell(op.semantics).replace("*", "\\*"), "",
              "| | |", "|---|---|",
-             f"| kind | {spec['kind']} |",
+             f"| kind | {op.kind} |",
              f"| inputs | {cell(', '.join(f'`{i}`' for i in inputs)) or 'none'} |",
              f"| outputs | {cell(', '.join(f'`{o}`' for o in outputs)) or 'none'} |",
              f"| dtypes | {cell(dtype_text)} |",
-             f"| out dtype | {cell(_out_dtype_text(spec.get('out_dtype', '-')))} |"]
-    if spec.get("broadcast"):
+             f"| out dtype | {cell(_out_dtype_text(op.out_dtype))} |"]
+    if op.broadcast:
         lines.append("| broadcast | inputs broadcast to the output's shape (passed expanded, stride 0) |")
+    if op.nonempty_reduction:
+        lines.append("| non-empty | reducing zero elements is an error |")
+    if op.method:
+        lines.append(f"| Tensor method | `t.{op.name}(...)` |")
+    if op.fusion:
+        lines.append(f"| fused by the compiler as | {op.fusion} |")
     lines.append("")
-    attrs = spec.get("attrs") or {}
-    if attrs:
+    if op.attrs:
         lines += ["| attr | type | default | meaning |", "|---|---|---|---|"]
-        for attr_name, attr in attrs.items():
-            default = f"`{attr['default']!r}`" if "default" in attr else "required"
-            lines.append(f"| `{attr_name}` | {attr['type']} | {cell(default)} | {cell(str(attr.get('doc', '')))} |")
+        for attr in op.attrs:
+            value = list(attr.default) if isinstance(attr.default, tuple) else attr.default
+            default = "required" if attr.required else f"`{value!r}`"
+            lines.append(f"| `{attr.name}` | {attr.type} | {cell(default)} | {cell(attr.doc)} |")
         lines.append("")
-    if spec.get("backward"):
+    if op.backward:
         lines += ["Gradients:", ""]
-        for input_name, formula in spec["backward"].items():
+        for input_name, formula in op.backward.items():
             lines.append(f"- `{input_name}`: `{formula}`")
         lines.append("")
     return lines

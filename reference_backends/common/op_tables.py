@@ -1,4 +1,4 @@
-"""Renders a reference plugin's op table from the rows of ops_yaml.py, and the CLI the
+"""Renders a reference plugin's op table from the rows of op_rows.py, and the CLI the
 three generators share (cpu/gen_op_table.py, opencl/gen_opencl_tables.py,
 cuda/gen_cuda_tables.py).
 
@@ -17,9 +17,8 @@ import os
 import sys
 
 import jinja2
-import yaml
 
-import ops_yaml
+import op_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +105,8 @@ static const op_def generated_ops[] = {
 
 
 def limits():
-    return {"inputs": ops_yaml.MAX_INPUTS, "outputs": ops_yaml.MAX_OUTPUTS, "attrs": ops_yaml.MAX_ATTRS,
-            "max_items": ops_yaml.MAX_ITEMS, "string": ops_yaml.MAX_STRING}
+    return {"inputs": op_rows.MAX_INPUTS, "outputs": op_rows.MAX_OUTPUTS, "attrs": op_rows.MAX_ATTRS,
+            "max_items": op_rows.MAX_ITEMS, "string": op_rows.MAX_STRING}
 
 
 def render_decls(plugin, ops, table, schema_version, prototypes):
@@ -142,23 +141,13 @@ def argument_parser(doc, extra=()):
     return parser
 
 
-def load_or_report(tool, args, any_error_names_file):
-    """(schema_version, ops, table), or the exit status 2 after printing what is wrong.
-
-    any_error_names_file: every other failure (a YAML syntax error included) prints
-    '<tool>: <ops.yaml>: <error>'; else only a YAML error is caught, as '<tool>: <error>'."""
+def load_or_report(tool, args):
+    """(schema_version, ops, table), or the exit status 2 after printing what is wrong as '<tool>: <error>'
+    (an ops.yaml problem names the file and line)."""
     try:
-        return ops_yaml.load(args.ops_yaml, args.implemented)
-    except (ops_yaml.OpsYamlError, OSError) as error:
+        return op_rows.load(args.ops_yaml, args.implemented)
+    except (op_rows.oar_opset.OpsetError, op_rows.OpRowsError, OSError) as error:
         print(f"{tool}: {error}", file=sys.stderr)
-        return 2
-    except Exception as error:  # a YAML syntax error
-        if any_error_names_file:
-            print(f"{tool}: {args.ops_yaml}: {error}", file=sys.stderr)
-        elif isinstance(error, yaml.YAMLError):
-            print(f"{tool}: {error}", file=sys.stderr)
-        else:
-            raise
         return 2
 
 
@@ -174,7 +163,7 @@ def check_complete(tool, plugin, args, ops, table):
     return 0
 
 
-def main(argv, doc, plugin, prototypes, any_error_names_file=True, extra_options=(), extra_outputs=None):
+def main(argv, doc, plugin, prototypes, extra_options=(), extra_outputs=None):
     """A generator's whole run; returns its exit status.
 
     extra_options: more options (e.g. "--cl-dir"), required like --out-dir unless --check-complete;
@@ -182,7 +171,7 @@ def main(argv, doc, plugin, prototypes, any_error_names_file=True, extra_options
     tool = os.path.basename(plugin.generator)
     parser = argument_parser(doc, extra_options)
     args = parser.parse_args(argv)
-    loaded = load_or_report(tool, args, any_error_names_file)
+    loaded = load_or_report(tool, args)
     if isinstance(loaded, int):
         return loaded
     schema_version, ops, table = loaded

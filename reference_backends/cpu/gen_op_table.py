@@ -10,8 +10,9 @@
         exits 1 naming every op of ops.yaml with a kernel (kind != view) that
         implemented_ops.txt does not list yet.
 
-ops.yaml is parsed and checked by reference_backends/common/ops_yaml.py (a typo
-fails the build with its op and field rather than producing a wrong table) and the
+ops.yaml is loaded and checked by oar_opset (interface/oar_opset; a typo fails
+the build with its file and line rather than producing a wrong table), turned into
+C rows by reference_backends/common/op_rows.py, and the
 table is rendered by common/op_tables.py, as for the OpenCL and CUDA plugins.
 """
 import os
@@ -37,7 +38,7 @@ oar_status refcpu_check_{{ op.name }}(kernel_command* cmd){% if op.check_optiona
 
 
 def main(argv=None):
-    return op_tables.main(argv, __doc__, PLUGIN, PROTOTYPES, any_error_names_file=False)
+    return op_tables.main(argv, __doc__, PLUGIN, PROTOTYPES)
 
 
 if __name__ == "__main__":

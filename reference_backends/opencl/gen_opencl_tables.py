@@ -11,7 +11,8 @@
         exits 1 naming every op of ops.yaml with a kernel (kind != view) that
         implemented_ops.txt does not list.
 
-ops.yaml is parsed and checked by reference_backends/common/ops_yaml.py and the
+ops.yaml is loaded and checked by oar_opset (interface/oar_opset), turned into C rows
+by reference_backends/common/op_rows.py, and the
 table rendered by common/op_tables.py, as for the CPU and CUDA plugins; only the
 prototypes and the embedded sources are this plugin's own.
 """

@@ -16,96 +16,47 @@ themselves. Creation ops (full, arange, rand, randn) take ``shape``, ``dtype``
 and ``device`` besides their attrs; :mod:`oar.tensor` has the friendly
 factories (``oar.zeros``, ``oar.rand``, ...).
 
-The op set comes from the package's ``ops.json`` (ops.yaml parsed at build
-time), or from the YAML file named by ``OAR_OPS_YAML``.
+The op set is oar_opset's model of interface/ops.yaml (``oar.ops.opset``): the package's
+checked ops.json, or the YAML file named by ``OAR_OPS_YAML``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from typing import Any
+import oar_opset
 
 from oar import _C, shapes
 
-__all__ = ["names", "schema", "document"]
+__all__ = ["names", "schema", "opset"]
 
-# Inputs whose dtype is not the op's `dtypes` (ops.yaml says so in prose): index and condition roles.
-_INPUT_ROLES = {"indices": "index", "target": "index", "condition": "condition"}
-# Reductions that must not be empty (ops.yaml: "an empty reduction is an error"; argmax has no answer).
-_NONEMPTY_PHRASE = "empty reduction is an error"
-
-
-def _load_document() -> dict:
-    path = os.environ.get("OAR_OPS_YAML")
-    here = os.path.dirname(os.path.abspath(__file__))
-    if not path:
-        packaged = os.path.join(here, "ops.json")
-        if os.path.isfile(packaged):
-            with open(packaged, encoding="utf-8") as f:
-                return json.load(f)
-        for candidate in (os.path.join(here, "ops.yaml"),
-                          os.path.join(os.path.dirname(os.path.dirname(here)), "interface", "ops.yaml")):
-            if os.path.isfile(candidate):
-                path = candidate
-                break
-        else:
-            raise FileNotFoundError(f"the op set is missing: neither {packaged} nor ops.yaml was found "
-                                    "(reinstall oar, or set OAR_OPS_YAML to interface/ops.yaml)")
-    import yaml  # only for OAR_OPS_YAML or a source tree
-
-    with open(path, encoding="utf-8") as f:
-        return yaml.safe_load(f)
-
-
-document: dict = _load_document()
-_dtype_sets: dict = document.get("dtype_sets") or {}
+opset: oar_opset.OpSet = oar_opset.default()
 _schemas: dict[str, dict] = {}
 names: list[str] = []
 
 
 def schema(name: str) -> dict:
-    """The normalized schema of an op: kind, inputs [(name, role, optional)], attrs
-    [(name, type, required, default)], dtypes, out_dtype, broadcast, semantics."""
+    """The op's record as registered with the C++ core: kind, inputs [(name, role, optional)], attrs
+    [(name, type, required, default)], dtypes, out_dtype, broadcast, nonempty_reduction, semantics,
+    backward. The typed op is ``oar.ops.opset[name]``."""
     return _schemas[name]
 
 
-def _dtype_names(op: str, spec: Any) -> list[str]:
-    if isinstance(spec, str):
-        if spec not in _dtype_sets:
-            raise ValueError(f"ops.yaml: op {op}: unknown dtype set {spec!r}")
-        return list(_dtype_sets[spec])
-    return [str(d) for d in spec]
-
-
-def _normalize(name: str, spec: dict) -> dict:
-    inputs, variadic = [], False
-    for raw in spec.get("inputs") or []:
-        text = str(raw)
-        optional = text.endswith("?")
-        if text.endswith("..."):
-            text, variadic = text[:-3], True
-        text = text.rstrip("?")
-        inputs.append((text, _INPUT_ROLES.get(text, "data"), optional))
-    attrs = []
-    for attr_name, attr in (spec.get("attrs") or {}).items():
-        required = "default" not in attr
-        attrs.append((attr_name, attr["type"], required, None if required else attr["default"]))
+def _record(op: oar_opset.Op) -> dict:
     return {
-        "name": name,
-        "kind": spec["kind"],
-        "inputs": inputs,
-        "variadic": variadic,
-        "num_outputs": len(spec.get("outputs") or []),
-        "output_names": [str(o).rstrip(".") for o in spec.get("outputs") or []],
-        "attrs": attrs,
-        "dtypes": _dtype_names(name, spec["dtypes"]),
-        "out_dtype": str(spec["out_dtype"]),
-        "broadcast": bool(spec.get("broadcast", False)),
-        "nonempty_reduction": _NONEMPTY_PHRASE in str(spec.get("semantics", "")) or name == "argmax",
-        "shape_fn": shapes.SHAPE_FUNCTIONS.get(name),
-        "semantics": str(spec.get("semantics", "")),
-        "backward": spec.get("backward"),
+        "name": op.name,
+        "kind": op.kind,
+        "inputs": [(i.name, i.role, i.optional) for i in op.inputs],
+        "variadic": op.variadic,
+        "num_outputs": len(op.outputs),
+        "output_names": [o.name for o in op.outputs],
+        "attrs": [(a.name, a.type, a.required, list(a.default) if isinstance(a.default, tuple) else a.default)
+                  for a in op.attrs],
+        "dtypes": list(op.dtypes),
+        "out_dtype": op.out_dtype,
+        "broadcast": op.broadcast,
+        "nonempty_reduction": op.nonempty_reduction,
+        "shape_fn": shapes.SHAPE_FUNCTIONS.get(op.name),  # TEMPORARY: until C++ infers every op's shape (shapes.py goes)
+        "semantics": op.semantics,
+        "backward": dict(op.backward) or None,
     }
 
 
@@ -151,8 +102,9 @@ _VIEW_FUNCTIONS = {"concat": _concat, "split": _split, "setitem": _setitem}
 
 def _generate() -> None:
     namespace = globals()
-    for name, spec in document["ops"].items():
-        s = _normalize(name, spec)
+    for op in opset:
+        name = op.name
+        s = _record(op)
         _schemas[name] = s
         function = _C._register_op(s)  # the C callable; creation and some view ops get Python wrappers
         if s["kind"] == "creation":

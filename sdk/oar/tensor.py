@@ -430,17 +430,11 @@ def _rebuild(array: np.ndarray, dtype: str, device: str, requires_grad: bool) ->
 
 
 def _install_op_methods() -> None:
-    """t.exp(), t.sum(dim=1), t.clamp(0, 1), ...: the op functions of ops.yaml as methods,
-    for every op whose first input is a tensor, unless a method of that name exists."""
-    skip_kinds = {"creation", "view"}
-    for name in _ops.names:
-        s = _ops.schema(name)
-        if s["kind"] in skip_kinds or not s["inputs"] or name in ("copy", "cast", "where"):
-            continue
-        if hasattr(Tensor, name):
-            continue
-        setattr(Tensor, name, getattr(_ops, name))
-    Tensor.slice = _ops.slice
+    """t.exp(), t.sum(dim=1), t.clamp(0, 1), ...: the op functions of the ops ops.yaml marks
+    ``method: true``, except where Tensor has its own method of that name (reshape, split, ...)."""
+    for op in _ops.opset:
+        if op.method and not hasattr(Tensor, op.name):
+            setattr(Tensor, op.name, getattr(_ops, op.name))
 
 
 _install_op_methods()

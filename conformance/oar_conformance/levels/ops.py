@@ -33,11 +33,13 @@ import zlib
 from typing import Any
 
 import numpy as np
+import oar_opset
 
 from oar_conformance import opcases
 from oar_conformance.levels.runtime_session import RuntimeContext, open_session  # noqa: F401
 from oar_conformance.registry import FAIL, ERROR, FALLBACK, PASS, SKIP, Failure, Fallback, conformance_test
 from oar_conformance.tolerances import FLOAT_DTYPES, tolerance, within
+from oar_opset import Op
 
 DESCRIPTION = "every op of interface/ops.yaml x dtype x generated case (and gradient) against numpy references"
 SESSION_KIND = "runtime"
@@ -77,14 +79,14 @@ def _host(array: np.ndarray) -> np.ndarray:
     return array.astype(np.float32) if array.dtype.name in ("float16", "bfloat16") else array
 
 
-def reference_result(op: str, schema: dict, case: opcases.Case) -> Any:
+def reference_result(op: str, spec: Op, case: opcases.Case) -> Any:
     from oar import reference
 
     function = getattr(reference, op)
-    if schema["kind"] == "creation":
+    if spec.kind == "creation":
         return function(case.shape, _numpy_dtype(case.dtype), **case.attrs)
     host = [_host(x) for x in case.inputs]
-    if schema["broadcast"] and op != "matmul":
+    if spec.broadcast and op != "matmul":
         host = list(np.broadcast_arrays(*host))
     with np.errstate(all="ignore"):
         return function(*host, **case.attrs)
@@ -124,7 +126,7 @@ def _fallback_moves(before: dict, after: dict) -> list[str]:
     return sorted(op for op, count in after.items() if count > before.get(op, 0))
 
 
-def run_values(ctx: RuntimeContext, op: str, schema: dict, dtype: str, case: opcases.Case) -> None:
+def run_values(ctx: RuntimeContext, op: str, spec: Op, dtype: str, case: opcases.Case) -> None:
     import oar
     import oar.ops as ops
 
@@ -132,7 +134,7 @@ def run_values(ctx: RuntimeContext, op: str, schema: dict, dtype: str, case: opc
     function = getattr(ops, op)
     before = ctx.fallback_count(op)
     try:
-        if schema["kind"] == "creation":
+        if spec.kind == "creation":
             result = function(case.shape, dtype=case.dtype, device=ctx.device, **case.attrs)
         else:
             tensors = [device_tensor(array, layout, ctx.device) for array, layout in zip(case.inputs, case.layouts)]
@@ -143,10 +145,10 @@ def run_values(ctx: RuntimeContext, op: str, schema: dict, dtype: str, case: opc
         raise Failure(f"{label} raised {type(error).__name__}: {error}") from error
     if case.out_dtype is not None and got[0].dtype.name != case.out_dtype:
         raise Failure(f"{label} gave a {got[0].dtype.name} output; ops.yaml's out_dtype "
-                      f"{schema['out_dtype']!r} gives {case.out_dtype}")
-    want = reference_result(op, schema, case)
+                      f"{spec.out_dtype!r} gives {case.out_dtype}")
+    want = reference_result(op, spec, case)
     wants = want if isinstance(want, tuple) else (want,)
-    column = "accumulating" if opcases.is_accumulating(op, schema) else "elementwise"
+    column = "accumulating" if opcases.is_accumulating(op, spec) else "elementwise"
     for index, (g, w) in enumerate(zip(got, wants)):
         compare(label if len(got) == 1 else f"{label} output {index}", g, np.asarray(w), column)
     ctx.details["output_dtype"] = got[0].dtype.name
@@ -155,7 +157,7 @@ def run_values(ctx: RuntimeContext, op: str, schema: dict, dtype: str, case: opc
         raise Fallback(f"{label} ran through the host fallback: the plugin has no kernel for it")
 
 
-def reference_gradients(op: str, schema: dict, case: opcases.Case, upstream: np.ndarray) -> list[np.ndarray]:
+def reference_gradients(op: str, spec: Op, case: opcases.Case, upstream: np.ndarray) -> list[np.ndarray]:
     """d sum(upstream * op(inputs)) / d input for each differentiable input, in float64: central
     differences of step h and h/2 combined by Richardson extrapolation (error O(h^4)) of the
     numpy reference evaluated on float64 inputs."""
@@ -167,7 +169,7 @@ def reference_gradients(op: str, schema: dict, case: opcases.Case, upstream: np.
               for a in case.inputs]
 
     def loss() -> float:
-        host = list(np.broadcast_arrays(*arrays)) if schema["broadcast"] and op != "matmul" else arrays
+        host = list(np.broadcast_arrays(*arrays)) if spec.broadcast and op != "matmul" else arrays
         with np.errstate(all="ignore"):
             return float(np.sum(upstream * np.asarray(function(*host, **case.attrs), dtype=np.float64)))
 
@@ -192,14 +194,14 @@ def reference_gradients(op: str, schema: dict, case: opcases.Case, upstream: np.
     return gradients
 
 
-def run_grad(ctx: RuntimeContext, op: str, schema: dict, dtype: str, case: opcases.Case,
+def run_grad(ctx: RuntimeContext, op: str, spec: Op, dtype: str, case: opcases.Case,
              rng: np.random.Generator) -> None:
     import oar
     import oar.ops as ops
     from oar import fallback
 
     label = f"{op} ({dtype}) gradient"
-    names = [name for name, _, _ in schema["inputs"]]
+    names = [i.name for i in spec.inputs]
     before = fallback.fallback_stats()
     try:
         tensors = [device_tensor(array, "contiguous", ctx.device, requires_grad=index in case.differentiable)
@@ -216,7 +218,7 @@ def run_grad(ctx: RuntimeContext, op: str, schema: dict, dtype: str, case: opcas
             got.append(grad.numpy())
     except oar.OarError as error:
         raise Failure(f"{label} raised {type(error).__name__}: {error}") from error
-    want = reference_gradients(op, schema, case, np.asarray(upstream).astype(np.float64))
+    want = reference_gradients(op, spec, case, np.asarray(upstream).astype(np.float64))
     for index, g, w in zip(case.differentiable, got, want):
         if g.dtype.name != np.asarray(case.inputs[index]).dtype.name:
             raise Failure(f"{label}: the gradient of {names[index]!r} is {g.dtype.name}, the input "
@@ -229,28 +231,23 @@ def run_grad(ctx: RuntimeContext, op: str, schema: dict, dtype: str, case: opcas
 
 
 def run_case(ctx: RuntimeContext, op: str, dtype: str, name: str = "basic") -> None:
-    import oar.ops as ops
-
-    schema = ops.schema(op)
+    spec = oar_opset.default()[op]
     rng = np.random.default_rng(zlib.crc32(ctx.test.id.encode()))
-    case = opcases.build(op, schema, dtype, name, rng)
+    case = opcases.build(op, spec, dtype, name, rng)
     ctx.details["case"] = name
     if case.grad:
-        run_grad(ctx, op, schema, dtype, case, rng)
+        run_grad(ctx, op, spec, dtype, case, rng)
     else:
-        run_values(ctx, op, schema, dtype, case)
+        run_values(ctx, op, spec, dtype, case)
 
 
 def test_list() -> list[tuple[str, str, str]]:
     """(op, dtype, case) of every test of the level, in ops.yaml's order."""
-    import oar.ops as ops
-
     found = []
-    for op in ops.names:
-        schema = ops.schema(op)
-        for dtype in schema["dtypes"]:
-            for name in opcases.case_names(op, schema, dtype):
-                found.append((op, dtype, name))
+    for spec in oar_opset.default():
+        for dtype in spec.dtypes:
+            for name in opcases.case_names(spec.name, spec, dtype):
+                found.append((spec.name, dtype, name))
     return found
 
 
@@ -264,10 +261,9 @@ def _register(op: str, dtype: str, name: str, semantics: str) -> None:
 
 
 def _register_all() -> None:
-    import oar.ops as ops
-
+    opset = oar_opset.default()
     for op, dtype, name in test_list():
-        _register(op, dtype, name, ops.schema(op)["semantics"])
+        _register(op, dtype, name, opset[op].semantics)
 
 
 _register_all()
