@@ -21,9 +21,11 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+import oar_opset
+
 from oar.vendor import abi_doc
 
-__all__ = ["NAME_PATTERN", "scaffold_plugin", "generate", "expected_results", "load_ops", "ProjectError"]
+__all__ = ["NAME_PATTERN", "scaffold_plugin", "generate", "expected_results", "ProjectError"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -46,66 +48,42 @@ class ProjectError(ValueError):
 
 # ---- the op set ----------------------------------------------------------------------------
 
-def _ops_path() -> Path:
-    override = os.environ.get("OAR_OPS_YAML")
-    if override:
-        return Path(override)
-    here = Path(__file__).resolve().parents[2]  # the oar package
-    for candidate in (here / "ops.yaml", here.parents[1] / "interface" / "ops.yaml"):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError("ops.yaml is neither installed with oar nor in a source checkout")
-
-
-def load_ops(path: str | Path | None = None) -> dict:
-    """interface/ops.yaml as a document (the installed copy, else the source checkout's)."""
-    import yaml
-
-    with open(path or _ops_path(), encoding="utf-8") as file:
-        return yaml.safe_load(file)
-
-
-def _op_models(document: dict) -> tuple[list[dict], list[str]]:
+def _op_models(opset: oar_opset.OpSet) -> tuple[list[dict], list[str]]:
     """(the non-view ops as template data, the names of the view ops)."""
-    sets = document.get("dtype_sets") or {}
     ops, views = [], []
-    for op_name, spec in document["ops"].items():
-        if spec["kind"] == "view":
-            views.append(op_name)
+    for op in opset:
+        if op.kind == "view":
+            views.append(op.name)
             continue
-        inputs = [str(item) for item in spec.get("inputs") or []]
-        if any(item.endswith("...") for item in inputs):
-            raise ValueError(f"ops.yaml: {op_name}: a list input outside a view op; the scaffold cannot stub it")
-        optional = [item.endswith("?") for item in inputs]
-        dtypes = spec["dtypes"]
-        dtypes = list(sets[dtypes]) if isinstance(dtypes, str) else [str(d) for d in dtypes]
-        attrs = []
-        for attr_name, attr in (spec.get("attrs") or {}).items():
-            attrs.append({"name": attr_name, "type": attr["type"], "c_type": _ATTR_TYPES[attr["type"]],
-                          "required": "default" not in attr, "default": attr.get("default"),
-                          "doc": attr.get("doc", "")})
-        outputs = [str(item) for item in spec.get("outputs") or []]
-        example = EXAMPLE_KERNELS.get(op_name)
+        if op.variadic:
+            raise ValueError(f"ops.yaml: {op.name}: a list input outside a view op; the scaffold cannot stub it")
+        input_text = ", ".join(i.name + ("?" if i.optional else "") for i in op.inputs)
+        attrs = [{"name": a.name, "type": a.type, "c_type": _ATTR_TYPES[a.type], "required": a.required,
+                  "default": list(a.default) if isinstance(a.default, tuple) else a.default, "doc": a.doc}
+                 for a in op.attrs]
+        example = EXAMPLE_KERNELS.get(op.name)
         ops.append({
-            "name": op_name, "kind": spec["kind"], "semantics": str(spec.get("semantics", "")).strip(),
-            "inputs": [item.rstrip("?") for item in inputs],
-            "input_text": ", ".join(inputs) if inputs else "none",
-            "min_inputs": sum(1 for flag in optional if not flag), "max_inputs": len(inputs),
-            "outputs": outputs, "attrs": attrs, "dtypes": dtypes, "out_dtype": str(spec.get("out_dtype")),
-            "out_dtype_note": _OUT_DTYPE_NOTES.get(str(spec.get("out_dtype")), ""),
-            "broadcast": bool(spec.get("broadcast", False)),
+            "name": op.name, "kind": op.kind, "semantics": op.semantics.strip(),
+            "inputs": [i.name for i in op.inputs],
+            "input_text": input_text or "none",
+            "min_inputs": sum(1 for i in op.inputs if not i.optional), "max_inputs": len(op.inputs),
+            "outputs": [o.name for o in op.outputs], "attrs": attrs, "dtypes": list(op.dtypes),
+            "out_dtype": op.out_dtype,
+            "out_dtype_note": _OUT_DTYPE_NOTES.get(op.out_dtype, ""),
+            "broadcast": op.broadcast,
             "example": example is not None,
             "signatures": sorted(example.values()) if example else [],
-            "example_signature": _example_signature(inputs, outputs, dtypes[0], str(spec.get("out_dtype"))),
+            "example_signature": _example_signature(op),
         })
     return ops, views
 
 
-def _example_signature(inputs: list[str], outputs: list[str], first: str, out_dtype: str) -> str:
+def _example_signature(op: oar_opset.Op) -> str:
     """A plausible kernel_query signature for the comment of a stub: the op's first dtype for its
     data inputs, index inputs as int64, a condition as bool, the output by out_dtype."""
-    roles = {"indices": "int64", "target": "int64", "condition": "bool"}
-    listed = [roles.get(item.rstrip("?"), first) for item in inputs if not item.endswith("?")]
+    first, out_dtype = op.dtypes[0], op.out_dtype
+    by_role = {"index": "int64", "condition": "bool"}
+    listed = [by_role.get(i.role, first) for i in op.inputs if not i.optional]
     if out_dtype in _DTYPE_NAMES:
         output = out_dtype
     elif out_dtype == "float" or (out_dtype == "accumulate" and first in _FLOAT_NAMES):
@@ -114,7 +92,7 @@ def _example_signature(inputs: list[str], outputs: list[str], first: str, out_dt
         output = "int64"
     else:
         output = first
-    return " ".join(listed + [output] * len(outputs))
+    return " ".join(listed + [output] * len(op.outputs))
 
 
 _DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool")
@@ -204,8 +182,8 @@ def generate(name: str, device_type: str, directory: str | Path | None = None, *
     header = abi_doc.header_text()
     entries = abi_doc.entries(header)
     by_name = {entry.name: entry for entry in entries}
-    document = load_ops()
-    ops, views = _op_models(document)
+    opset = oar_opset.default()
+    ops, views = _op_models(opset)
     fault_op = f"_{name}_fault"
     expected = expected_results(scaffold_plugin(fault_op), quick=False)
     context = {
@@ -214,7 +192,7 @@ def generate(name: str, device_type: str, directory: str | Path | None = None, *
         "oar_version": oar_version, "abi_version": f"{header_define(header, 'MAJOR')}.{header_define(header, 'MINOR')}",
         "entries": entries, "optional_groups": abi_doc.optional_groups(header),
         "ops": ops, "views": views, "examples": sorted(EXAMPLE_KERNELS), "fault_op": fault_op,
-        "ops_schema_version": document.get("schema_version", 1),
+        "ops_schema_version": opset.schema_version,
         "expected": expected, "expected_schema_version": EXPECTED_SCHEMA_VERSION,
         "ci": ci, "doc": lambda entry_name: _doc_comment(by_name[entry_name]),
     }
