@@ -23,7 +23,7 @@ from typing import Any
 
 from oar import capture
 from oar.devices import resolve
-from oar.streams import Event, current_stream
+from oar.streams import Event, current_stream, stream_of_device_name
 
 __all__ = ["LaunchRecord", "DeviceActivity", "Recorder", "DEVICE_TIMING_MODES"]
 
@@ -131,8 +131,9 @@ class Recorder(capture.Observer):
             record.end_ns = start
             return False
         target = outputs[0].device
-        state = self.devices.get(str(target)) or self._open_device(target)
-        stream = current_stream(target)
+        name = str(target)
+        state = self.devices.get(name) or self._open_device(target)
+        stream = stream_of_device_name(name)  # current_stream() without re-parsing the device
         record.device, record.stream = state.name, stream.handle
         try:
             if state.mode == "events":

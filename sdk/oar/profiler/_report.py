@@ -96,7 +96,7 @@ class KeyAverages(list):
             device = [_duration(row.device_ns), _duration(row.device_avg_ns),
                       f"{100.0 * row.device_ns / total:.1f}%" if total else "-"] if row.device_count else ["-"] * 3
             host = [_duration(row.host_ns), _duration(row.host_avg_ns)] if row.host_ns or row.count else ["-", "-"]
-            table.add_row(*cells, str(row.count), *host, *device)
+            table.add_row(*cells, str(row.count) if row.count else "-", *host, *device)
         table.caption = f"device total {_duration(total)}"
         table.caption_justify = "left"
         return table
