@@ -112,6 +112,23 @@ def test_mlp_training_step_table_and_trace(dev, tmp_path, device_timing):
     assert not [p for p in os.listdir(tmp_path) if p != "trace.json"], "the temporary file was left behind"
 
 
+def test_backward_and_optimizer_launches_are_recorded(dev):
+    nn.init.manual_seed(0)
+    layer = nn.Linear(4, 3)
+    x = oar.ones([5, 4], device=dev)
+    opt = optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    loss = layer(x).sum()
+    with oar.profiler.profile() as backward:
+        loss.backward()
+    # the gradient of weight.T is x.T @ grad: [4, 5] @ [5, 3]; the bias's is a sum over the batch
+    assert any(launch.op == "matmul" and launch.input_shapes == ((4, 5), (5, 3)) for launch in backward.launches)
+    assert any(launch.op == "sum" and launch.output_shapes == ((1, 3),) for launch in backward.launches)
+    with oar.profiler.profile() as step:
+        opt.step()
+    updated = {launch.output_shapes for launch in step.launches if launch.op in ("add", "mul")}
+    assert ((3, 4),) in updated and ((3,),) in updated, step.launches
+
+
 def test_table_rejects_a_bad_sort_and_groups_by_shape(dev):
     with oar.profiler.profile() as prof:
         a = oar.ones([2, 3], device=dev)
