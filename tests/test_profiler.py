@@ -233,3 +233,20 @@ def test_opencl_plugin_through_its_profiler_entries(tmp_path):
     finally:
         oar.synchronize(device)
         plugin_manager.unload(plugin.device_type)
+
+
+def test_a_busy_plugin_profiler_falls_back_to_events(dev):
+    plugin, device = oar.devices.resolve(dev)
+    plugin.profiler_start(device.index)  # another tool holds the plugin's profiler
+    try:
+        with oar.profiler.profile() as prof:
+            oar.ones([4], device=dev) + 1.0
+        assert prof.device_timing == {dev: "events"}
+        assert all(launch.activities for launch in prof.launches)
+        with pytest.raises(RuntimeError, match="profiler_start"):
+            with oar.profiler.profile(device_timing="plugin"):
+                oar.ones([4], device=dev) + 1.0
+        assert not oar.profiler.is_active()
+    finally:
+        plugin.profiler_stop(device.index)
+        plugin.profiler_collect(device.index)

@@ -164,8 +164,14 @@ class Recorder(capture.Observer):
             mode = "plugin" if provided else "events"
         state = _DeviceState(str(dev), plugin, dev.index, mode)
         if mode == "plugin":
-            plugin.profiler_start(dev.index)
-        elif mode == "events":
+            try:
+                plugin.profiler_start(dev.index)
+            except Exception as error:  # e.g. NOT_READY: another tool holds the plugin's profiler
+                if self.device_timing == "plugin":
+                    raise RuntimeError(f"oar.profiler: the {dev.type} plugin's profiler_start({dev.index}) failed: "
+                                       f"{error}") from error
+                mode = state.mode = "events"
+        if mode == "events":
             state.events = _EventTiming(current_stream(dev))
         self.devices[state.name] = state
         return state
