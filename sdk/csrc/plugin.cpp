@@ -458,6 +458,41 @@ PluginClass register_plugin(py::module_& module) {
       .def("initialize", &Plugin::initialize, "Call init() and count devices (once).")
       .def("finalize", &Plugin::finalize,
            "Destroy live streams, events and modules, free live memory, then finalize() (once).")
+      .def("profiler_start", [](const Plugin& self, int32_t device) {
+        self.check_device(device);
+        self.call("profiler_start", self.table().profiler_start, device);
+      }, py::arg("device"), "The plugin's profiler_start(device): begin recording device activity.")
+      .def("profiler_stop", [](const Plugin& self, int32_t device) {
+        self.check_device(device);
+        self.call("profiler_stop", self.table().profiler_stop, device);
+      }, py::arg("device"), "The plugin's profiler_stop(device); records stay until collected.")
+      .def("profiler_collect", [](const Plugin& self, int32_t device) {
+        // The sink copies each record (its strings live only during the callback); Python objects are
+        // made afterwards, with the GIL held again.
+        struct Record {
+          std::string name, category;
+          uint64_t stream_id;
+          int64_t start_ns, end_ns;
+        };
+        std::vector<Record> records;
+        auto sink = [](const oar_profile_record* record, void* user_data) {
+          if (record == nullptr) return;
+          auto* out = static_cast<std::vector<Record>*>(user_data);
+          out->push_back(Record{record->name ? std::string(record->name, strnlen(record->name, 256)) : "?",
+                                record->category ? std::string(record->category, strnlen(record->category, 64)) : "",
+                                record->stream_id, record->start_ns, record->end_ns});
+        };
+        self.check_device(device);
+        self.call("profiler_collect", self.table().profiler_collect, device, +sink, static_cast<void*>(&records));
+        py::list result;
+        for (const auto& r : records) {
+          result.append(py::make_tuple(to_python_text(r.name), to_python_text(r.category), r.stream_id, r.start_ns,
+                                       r.end_ns));
+        }
+        return result;
+      }, py::arg("device"),
+         "The plugin's profiler_collect(device): [(name, category, stream_id, start_ns, end_ns)] of the activity\n"
+         "completed since the last collect (CLOCK_MONOTONIC nanoseconds); the plugin drops them afterwards.")
       .def("__repr__", [](const Plugin& self) { return "<oar._C.Plugin " + self.label() + ">"; });
 
   module.def(

@@ -98,6 +98,11 @@ from oar.compiler import compile  # noqa: E402,A001
 
 __all__ += ["capture", "compile"]
 
+# ---- the profiler (installs nothing until a profile() starts) ----
+from oar import profiler  # noqa: E402
+
+__all__ += ["profiler"]
+
 # ---- the raw device layer (DeviceBuffer, kernel_query/launch, modules): oar.raw ----
 from oar import raw  # noqa: E402
 from oar._moved import __getattr__  # noqa: E402  -- the moved names published material used

@@ -1,7 +1,7 @@
 """The ``oar`` command: ``oar info`` (plugins, devices, entry points),
 ``oar --include-dir`` (where device_api.h is installed, for vendors' builds),
 ``oar new-backend`` and ``oar ci render`` (a vendor's project and its CI), ``oar cache info`` and
-``oar cache clear`` (the compiler's kernel cache)."""
+``oar cache clear`` (the compiler's kernel cache), ``oar profile`` (a script under the profiler)."""
 
 from __future__ import annotations
 
@@ -213,6 +213,11 @@ from oar.vendor.scaffold.cli import ci as _ci, new_backend as _new_backend  # no
 
 main.add_command(_new_backend)
 main.add_command(_ci)
+
+# `oar profile script.py [args...]` (oar/profiler/_cli.py).
+from oar.profiler._cli import profile_command as _profile_command  # noqa: E402
+
+main.add_command(_profile_command)
 
 
 if __name__ == "__main__":
