@@ -163,7 +163,8 @@ def cache_info(as_json: bool, verbose: bool) -> None:
     summary = kernel_cache.info(verbose=verbose)
     if as_json:
         data = {"root": str(summary.root), "entries": summary.entries, "total_bytes": summary.total_bytes,
-                "corrupt_entries": summary.corrupt_entries, "warnings": [str(w.message) for w in caught]}
+                "corrupt_entries": summary.corrupt_entries, "warnings": [str(w.message) for w in caught],
+                "refused": [{"path": str(item.path), "problem": item.problem} for item in summary.refused]}
         if verbose:
             data["details"] = [{"path": str(e.path), "digest": e.digest, "size": e.size, "key": e.key,
                                 "problem": e.problem} for e in summary.details]
@@ -180,7 +181,11 @@ def cache_info(as_json: bool, verbose: bool) -> None:
     table.add_row("size", _bytes(summary.total_bytes))
     if summary.corrupt_entries:
         table.add_row("corrupt", f"[red]{summary.corrupt_entries}[/red] (removed when next read, or by oar cache clear)")
+    if summary.refused:
+        table.add_row("refused", f"[red]{len(summary.refused)}[/red] (never followed or loaded; removed by oar cache clear)")
     console.print(table)
+    for item in summary.refused:
+        console.print(f"[red]refused[/red] {_text(item.path)}: {_text(item.problem)}")
     if verbose and summary.details:
         entries = Table(title="entries", title_justify="left")
         entries.add_column("digest", no_wrap=True)
@@ -201,11 +206,16 @@ def cache_info(as_json: bool, verbose: bool) -> None:
 
 @cache.command("clear")
 def cache_clear() -> None:
-    """Remove every kernel cache entry (other files in the directory are left alone)."""
+    """Remove every kernel cache entry, and links or special files in their place (other files in
+    the directory are left alone)."""
     kernel_cache = _open_kernel_cache()
+    refused = kernel_cache.info().refused
     removed = kernel_cache.clear()
-    Console(highlight=False).print(f"removed {removed} kernel cache entr{'y' if removed == 1 else 'ies'} "
-                                   f"from {_text(kernel_cache.root)}")
+    console = Console(highlight=False)
+    for item in refused:
+        console.print(f"removed {_text(item.path)}: {_text(item.problem)}")
+    console.print(f"removed {removed} kernel cache entr{'y' if removed == 1 else 'ies'} "
+                  f"from {_text(kernel_cache.root)}")
 
 
 # The vendor's tooling: `oar new-backend` and `oar ci render` (oar/scaffold/cli.py).
