@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from oar.terminal import printable
+
 __all__ = ["main", "include_dir"]
 
 
@@ -29,8 +31,8 @@ def include_dir() -> Path:
 
 
 def _text(value: object) -> str:
-    """Plugin-provided text made inert for rich markup."""
-    return escape(str(value))
+    """Plugin-provided text made inert for the terminal (control characters) and for rich markup."""
+    return escape(printable(value))
 
 
 def _bytes(count: int | None) -> str:
@@ -60,10 +62,14 @@ def main(ctx: click.Context, show_include_dir: bool) -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the same data as JSON.")
-def info(as_json: bool) -> None:
-    """Show the plugins found and failed, their devices and entry points."""
+@click.option("--probe-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="Seconds a plugin may take to load in its probe process before it is reported as hung.")
+def info(as_json: bool, probe_timeout: float) -> None:
+    """Show the plugins found and failed, their devices and entry points. Each plugin is loaded in
+    a probe process first: one that crashes or hangs there is reported, not loaded."""
     import oar
 
+    oar.plugin_manager.probe_before_loading(probe_timeout)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", oar.PluginWarning)  # failures are listed below instead
         data = oar.plugins_info()
