@@ -378,3 +378,119 @@ def test_cli_without_the_compiler_says_so(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli.main, ["cache", "info"])
     assert result.exit_code == 1
     assert "oar_codegen package" in result.output and "not installed" in result.output
+
+
+# -- nothing under the root is followed -------------------------------------------------------------
+
+def _attacker_shard(tmp_path: Path, key: CacheKey) -> Path:
+    """A valid entry for ``key`` in a directory the attacker controls; returns its shard."""
+    attacker = KernelCache(tmp_path / "attacker")
+    attacker.put(key, b"attacker's library")
+    return attacker.entry_path(key).parent
+
+
+def test_a_symlinked_shard_is_never_followed_shown_and_cleared(tmp_path):
+    key = make_key()
+    cache = KernelCache(tmp_path / "kernels")
+    shard_link = cache.entry_path(key).parent
+    target = _attacker_shard(tmp_path, key)
+    shard_link.symlink_to(target)
+
+    assert cache.get(key) is None
+    with pytest.warns(KernelCacheWarning, match=f"{shard_link} is a symbolic link \\(to {target}\\), not a directory; "
+                                                 f"`oar cache clear` removes it"):
+        assert cache.get_or_build(key, lambda: b"own build") == (b"own build", False)
+    assert (target / cache.entry_path(key).name).read_bytes().endswith(b"attacker's library")  # not written through
+    summary = cache.info()
+    assert [(item.path, item.problem) for item in summary.refused] == [
+        (shard_link, f"a symbolic link (to {target}), not a directory")]
+
+    cache.clear()
+    assert not os.path.lexists(shard_link) and target.is_dir()  # the link went, its target stays
+    assert cache.info().refused == ()
+    cache.put(key, b"own build")
+    assert cache.get(key) == b"own build"
+
+
+def test_a_symlinked_entry_is_shown_and_cleared(tmp_path):
+    key = make_key()
+    cache = KernelCache(tmp_path / "kernels")
+    cache.put(make_key(source="other"), b"x")
+    entry = cache.entry_path(key)
+    entry.parent.mkdir(exist_ok=True)
+    target = _attacker_shard(tmp_path, key) / entry.name
+    entry.symlink_to(target)
+    assert [item.problem for item in cache.info().refused] == [f"a symbolic link (to {target}), not a regular file"]
+    assert cache.clear() == 1
+    assert not os.path.lexists(entry) and target.exists()
+
+
+def test_a_fifo_in_place_of_an_entry_does_not_block(tmp_path):
+    import threading
+
+    key = make_key()
+    cache = KernelCache(tmp_path)
+    cache.put(key, b"binary")
+    entry = cache.entry_path(key)
+    entry.unlink()
+    os.mkfifo(entry)
+    result = []
+    reader = threading.Thread(target=lambda: result.append(cache.get_or_build(key, lambda: b"rebuilt")), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():  # blocked in open(): a writer end lets the thread finish, then fail
+        os.close(os.open(entry, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=10)
+        pytest.fail("reading a FIFO in place of a kernel cache entry blocked")
+    assert result == [(b"rebuilt", False)]
+    assert cache.get(key) == b"rebuilt"
+
+
+def test_info_and_clear_show_and_remove_special_files(tmp_path):
+    cache = KernelCache(tmp_path)
+    key = make_key()
+    cache.put(key, b"binary")
+    entry = cache.entry_path(key)
+    entry.unlink()
+    os.mkfifo(entry)
+    other_shard = tmp_path / ("00" if entry.parent.name != "00" else "01")
+    os.mkfifo(other_shard)
+    problems = {item.path: item.problem for item in cache.info().refused}
+    assert problems == {entry: "a FIFO, not a regular file", other_shard: "a FIFO, not a directory"}
+    cache.clear()
+    assert not os.path.lexists(entry) and not os.path.lexists(other_shard)
+
+
+def test_a_shard_writable_by_others_is_refused(tmp_path):
+    key = make_key()
+    cache = KernelCache(tmp_path)
+    cache.put(key, b"binary")
+    entry = cache.entry_path(key)
+    entry.parent.chmod(0o777)
+    assert cache.get(key) is None
+    assert [item.problem for item in cache.info().refused] == ["a directory writable by group or others (mode 0777)"]
+    with pytest.warns(KernelCacheWarning, match="writable by group or others.*oar cache clear"):
+        cache.put(key, b"binary")
+    cache.clear()
+    assert not entry.parent.exists()
+
+
+def test_cli_shows_and_clears_a_symlinked_shard(tmp_path):
+    pytest.importorskip("oar.cli")
+    key = make_key()
+    root = tmp_path / "kernels"
+    cache = KernelCache(root)
+    shard_link = cache.entry_path(key).parent
+    shard_link.symlink_to(_attacker_shard(tmp_path, key))
+
+    result = oar("cache", "info", "--json", cache_dir=root)
+    assert result.returncode == 0, result.stderr
+    refused = json.loads(result.stdout)["refused"]
+    assert [(item["path"], item["problem"].split(" (")[0]) for item in refused] == [(str(shard_link), "a symbolic link")]
+    result = oar("cache", "info", cache_dir=root)
+    assert f"refused {shard_link}: a symbolic link" in " ".join(result.stdout.split())
+
+    result = oar("cache", "clear", cache_dir=root)
+    assert result.returncode == 0, result.stderr
+    assert f"removed {shard_link}: a symbolic link" in " ".join(result.stdout.split())
+    assert not os.path.lexists(shard_link)

@@ -127,3 +127,35 @@ def test_a_file_that_is_not_a_plugin_exits_3(tmp_path):
     subprocess.run([compiler(), "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
     done = conformance("run", "--device", "npu", "--plugin", str(library), "--no-progress")
     assert done.returncode == 3 and "does not export oar_plugin_init" in done.stderr
+
+
+def test_a_filter_that_selects_nothing_exits_2():
+    done = conformance("run", "--device", "refcpu", "--level", "abi", "--filter", "^no_such_test$", "--no-progress")
+    assert done.returncode == 2
+    assert ("--filter '^no_such_test$' selects no test of level(s) abi: nothing to run"
+            in " ".join(done.stderr.split()))
+
+
+def test_a_timeout_that_is_not_a_finite_positive_number_exits_2():
+    for value in ("nan", "inf", "-inf", "0", "-1", "ten"):
+        done = conformance("run", "--device", "refcpu", "--level", "abi", "--timeout", value, "--no-progress")
+        assert done.returncode == 2, value
+        assert "Invalid value for '--timeout'" in done.stderr and repr(value) in done.stderr, done.stderr
+
+
+def test_an_unwritable_report_path_is_refused_before_the_run(tmp_path):
+    # "nosuchdevice" would exit 3 once the run starts: exit 2 shows the path was checked first
+    unwritable_dir = "/sys" if os.geteuid() == 0 else str(tmp_path / "readonly")
+    if os.geteuid() != 0:
+        os.mkdir(unwritable_dir, 0o500)
+    cases = [("--junit", str(tmp_path / "missing" / "out.xml"), "does not exist"),
+             ("--json", str(tmp_path), "is a directory"),
+             ("--html", os.path.join(unwritable_dir, "report.html"), "Permission denied")]
+    for option, path, reason in cases:
+        done = conformance("run", "--device", "nosuchdevice", "--level", "abi", option, path, "--no-progress")
+        assert done.returncode == 2, (option, done.stderr)
+        assert f"Invalid value for '{option}'" in done.stderr and path in done.stderr and reason in done.stderr
+        assert not os.path.exists(os.path.join(unwritable_dir, "report.html"))
+    writable = tmp_path / "out.json"
+    done = conformance("run", "--device", "nosuchdevice", "--level", "abi", "--json", str(writable), "--no-progress")
+    assert done.returncode == 3 and not writable.exists()  # checked, then left as it was

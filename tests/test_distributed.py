@@ -323,3 +323,31 @@ def test_a_rank_that_never_comes_fails_the_rendezvous_within_the_timeout():
     assert outcome and outcome["error"] == "DeviceError", results[0]["err"][-3000:]
     assert "rank 1" in outcome["message"] and "OAR_ERROR_TIMEOUT" in outcome["message"]
     assert outcome["seconds"] < 2 + 5
+
+
+MISMATCHED = """
+world = dist.init_process_group(timeout=30)
+rank = dist.get_rank()
+outcomes = []
+for count, dtype in (((4, 6)[rank], "float32"), (4, ("float32", "int32")[rank])):
+    try:
+        dist.all_reduce(oar.tensor(np.ones(count, dtype=dtype), device=world.device))
+        outcomes.append(None)
+    except ValueError as error:
+        outcomes.append(str(error))
+after = oar.tensor(np.full(3, rank + 1.0, dtype="float32"), device=world.device)
+dist.all_reduce(after)  # the group still works
+report(outcomes=outcomes, after=after.numpy().tolist())
+"""
+
+
+def test_gloo_fallback_refuses_mismatched_all_reduce_on_every_rank():
+    results = launch(2, MISMATCHED, env={"OAR_REFCPU_NO_COLLECTIVES": "1"}, timeout=90)
+    assert_all_ok(results)  # gloo used to abort a rank (SIGABRT) on the size mismatch
+    for r in results:
+        sizes, dtypes = r["result"]["outcomes"]
+        assert sizes == ("all_reduce: the ranks' calls do not match (rank 0: all_reduce of 4 float32, op sum; "
+                         "rank 1: all_reduce of 6 float32, op sum); every rank must pass the same element count "
+                         "and dtype (and op and root)")
+        assert "rank 0: all_reduce of 4 float32, op sum; rank 1: all_reduce of 4 int32, op sum" in dtypes
+        assert r["result"]["after"] == [3.0, 3.0, 3.0]

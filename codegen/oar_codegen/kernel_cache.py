@@ -21,7 +21,11 @@ Safety:
   renames it over the entry: readers see the old entry, the new one or none, never part of
   one, with any number of processes writing the same key;
 * a disk that cannot take an entry (full, read-only) never fails compilation: one warning,
-  then the process goes on without caching what it cannot write.
+  then the process goes on without caching what it cannot write;
+* below the root nothing is followed or trusted by name: each shard directory and entry is opened
+  relative to its parent's descriptor with ``O_NOFOLLOW`` (``O_NONBLOCK`` too, so a FIFO cannot
+  block) and must be a directory / regular file owned by this user; anything else is refused
+  (:class:`RefusedItem`), shown by :meth:`KernelCache.info` and removed by :meth:`KernelCache.clear`.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import secrets
 import stat
 import struct
-import tempfile
 import threading
 import time
 import warnings
@@ -43,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "CacheKey", "KernelCache", "CacheInfo", "CacheStats", "EntryInfo",
+    "CacheKey", "KernelCache", "CacheInfo", "CacheStats", "EntryInfo", "RefusedItem",
     "KernelCacheError", "InsecureCacheDirError", "KernelCacheWarning",
     "default_cache", "default_cache_dir", "ENV_VAR",
 ]
@@ -62,6 +67,8 @@ _TEMP_NAME = re.compile(r"\.[0-9a-f]{16}\..+\.tmp")
 _STALE_TEMP_SECONDS = 3600
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_BINARY = getattr(os, "O_BINARY", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 class KernelCacheError(Exception):
@@ -152,6 +159,16 @@ class EntryInfo:
 
 
 @dataclass(frozen=True)
+class RefusedItem:
+    """Something under the root, named as a shard or an entry, that is never followed or loaded:
+    a symbolic link, a FIFO or other special file, a file or directory of another user, a shard
+    directory writable by others. :meth:`KernelCache.clear` removes it."""
+
+    path: Path
+    problem: str
+
+
+@dataclass(frozen=True)
 class CacheInfo:
     root: Path
     entries: int
@@ -159,6 +176,7 @@ class CacheInfo:
     corrupt_entries: int  # entries whose header fails its checks now (get would remove them)
     stats: CacheStats
     details: tuple[EntryInfo, ...] = ()  # filled by info(verbose=True)
+    refused: tuple[RefusedItem, ...] = ()  # always filled: each one is a problem to show
 
 
 def default_cache_dir() -> Path:
@@ -225,28 +243,62 @@ class KernelCache:
     def _load(self, key: CacheKey) -> tuple[bytes | None, bool]:
         if not self._usable:
             return None, False
-        path = self.entry_path(key)
+        digest = key.digest()
+        name = f"{digest}.bin"
         try:
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_BINARY)
-        except FileNotFoundError:
-            return None, False
-        except OSError:
-            # a symlink (O_NOFOLLOW) or an unreadable entry: not ours to trust
-            _remove_if_same(path, None)
-            return None, True
-        with os.fdopen(fd, "rb") as file:
-            opened = os.fstat(file.fileno())
-            if not stat.S_ISREG(opened.st_mode):
-                return None, True
+            shard_fd = self._open_shard(digest[:2], create=False)
+        except (OSError, _Refused):
+            return None, False  # absent, or refused (shown by info, removed by clear): never followed
+        try:
             try:
-                data = file.read()
+                fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_BINARY, dir_fd=shard_fd)
+            except FileNotFoundError:
+                return None, False
             except OSError:
-                data = b""
-        problem, payload = _parse_entry(data, key.digest(), key.canonical_json)
+                # a symlink (O_NOFOLLOW) or an unreadable entry: not ours to trust
+                _remove_if_same(shard_fd, name, None)
+                return None, True
+            with os.fdopen(fd, "rb") as file:
+                opened = os.fstat(file.fileno())
+                if _entry_problem(opened) is not None:
+                    _remove_if_same(shard_fd, name, opened)  # a FIFO, device or foreign file
+                    return None, True
+                try:
+                    data = file.read(opened.st_size + 1)  # bounded: a file that grows is torn anyway
+                except OSError:
+                    data = b""
+            problem, payload = _parse_entry(data, digest, key.canonical_json)
+            if problem is not None:
+                _remove_if_same(shard_fd, name, opened)
+                return None, True
+            return payload, False
+        finally:
+            os.close(shard_fd)
+
+    def _open_shard(self, shard: str, create: bool) -> int:
+        """A descriptor of the shard directory, opened below the root without following links and
+        checked (a directory, this user's, not writable by others); ``_Refused`` otherwise."""
+        root_fd = os.open(self.root, os.O_RDONLY | _O_DIRECTORY)
+        try:
+            if create:
+                try:
+                    os.mkdir(shard, 0o700, dir_fd=root_fd)
+                except FileExistsError:
+                    pass
+            try:
+                fd = os.open(shard, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_NONBLOCK, dir_fd=root_fd)
+            except FileNotFoundError:
+                raise
+            except OSError as error:
+                info = os.stat(shard, dir_fd=root_fd, follow_symlinks=False)
+                raise _Refused(_dir_problem(info, self.root / shard) or str(error)) from error
+        finally:
+            os.close(root_fd)
+        problem = _dir_problem(os.fstat(fd))
         if problem is not None:
-            _remove_if_same(path, opened)
-            return None, True
-        return payload, False
+            os.close(fd)
+            raise _Refused(problem)
+        return fd
 
     def put(self, key: CacheKey, binary: bytes) -> None:
         """Stores ``binary`` under ``key`` atomically; a disk error warns once and is dropped."""
@@ -258,26 +310,34 @@ class KernelCache:
         key_json = key.canonical_json
         header = _HEADER.pack(MAGIC, FORMAT_VERSION, bytes.fromhex(digest),
                               hashlib.sha256(payload).digest(), len(payload), len(key_json))
-        temp_path = None
+        temp_name = None
+        shard_fd = None
         try:
-            _make_private_dir(path.parent, parents=False)
-            fd, temp_path = tempfile.mkstemp(dir=path.parent, prefix=f".{digest[:16]}.", suffix=".tmp")
+            try:
+                shard_fd = self._open_shard(digest[:2], create=True)
+            except _Refused as refused:
+                raise OSError(f"{path.parent} is {refused}; `oar cache clear` removes it") from None
+            temp_name = f".{digest[:16]}.{secrets.token_hex(8)}.tmp"
+            fd = os.open(temp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_BINARY, 0o600,
+                         dir_fd=shard_fd)
             with os.fdopen(fd, "wb") as file:
                 file.write(header)
                 file.write(key_json)
                 file.write(payload)
                 file.flush()
                 os.fsync(file.fileno())
-            os.replace(temp_path, path)
-            temp_path = None
+            os.replace(temp_name, path.name, src_dir_fd=shard_fd, dst_dir_fd=shard_fd)
+            temp_name = None
         except OSError as error:
             self._warn_write(f"cannot write the kernel cache entry {path}: {error}")
         finally:
-            if temp_path is not None:
-                try:
-                    os.unlink(temp_path)
-                except OSError:
-                    pass
+            if shard_fd is not None:
+                if temp_name is not None:
+                    try:
+                        os.unlink(temp_name, dir_fd=shard_fd)
+                    except OSError:
+                        pass
+                os.close(shard_fd)
 
     def get_or_build(self, key: CacheKey, build: Callable[[], bytes]) -> tuple[bytes, bool]:
         """(binary, was_hit): the cached binary, or ``build()``'s, which is then stored.
@@ -300,31 +360,57 @@ class KernelCache:
 
     # -- inspection and clearing -----------------------------------------------------------------
 
-    def _entry_files(self) -> Iterator[Path]:
-        """Files named like entries (``<2 hex>/<64 hex>.bin``, prefix matching); nothing else."""
+    def _scan(self) -> tuple[list[Path], list[RefusedItem]]:
+        """(entries, refused): files named like entries (``<2 hex>/<64 hex>.bin``, prefix matching)
+        that are this user's regular files in trusted shards, and whatever is named like a shard or
+        an entry but is not that. Nothing is followed; files named otherwise are not looked at."""
+        entries: list[Path] = []
+        refused: list[RefusedItem] = []
         try:
-            shards = sorted(self.root.iterdir())
+            shards = sorted(os.scandir(self.root), key=lambda item: item.name)
         except OSError:
-            return
+            return entries, refused
         for shard in shards:
-            if not (_SHARD_NAME.fullmatch(shard.name) and shard.is_dir() and not shard.is_symlink()):
+            if not _SHARD_NAME.fullmatch(shard.name):
                 continue
             try:
-                names = sorted(os.listdir(shard))
+                problem = _dir_problem(shard.stat(follow_symlinks=False), Path(shard.path))
             except OSError:
                 continue
-            for name in names:
-                entry = shard / name
-                if _ENTRY_NAME.fullmatch(name) and name.startswith(shard.name) and _is_regular_file(entry):
-                    yield entry
+            if problem is not None:
+                refused.append(RefusedItem(Path(shard.path), problem))
+                continue
+            try:
+                names = sorted(os.scandir(shard.path), key=lambda item: item.name)
+            except OSError:
+                continue
+            for item in names:
+                if not (_ENTRY_NAME.fullmatch(item.name) and item.name.startswith(shard.name)):
+                    continue
+                try:
+                    problem = _entry_problem(item.stat(follow_symlinks=False), Path(item.path))
+                except OSError:
+                    continue
+                if problem is None:
+                    entries.append(Path(item.path))
+                else:
+                    refused.append(RefusedItem(Path(item.path), problem))
+        return entries, refused
+
+    def _entry_files(self) -> Iterator[Path]:
+        yield from self._scan()[0]
 
     def entries(self) -> Iterator[EntryInfo]:
         """Each entry with its header read and checked (the payload's hash is checked on get)."""
         for path in self._entry_files():
             digest = path.name[:-len(".bin")]
             try:
-                size = path.stat().st_size
-                with open(path, "rb") as file:
+                fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_BINARY)
+                with os.fdopen(fd, "rb") as file:
+                    opened = os.fstat(file.fileno())
+                    if _entry_problem(opened) is not None:
+                        continue  # replaced since the scan: the next info shows it
+                    size = opened.st_size
                     problem, key_length = _parse_header(file.read(_HEADER.size), size, digest)
                     key_json = file.read(key_length) if problem is None else b""
             except OSError as error:
@@ -346,18 +432,22 @@ class KernelCache:
             stats = dataclasses.replace(self.stats)
         return CacheInfo(root=self.root, entries=len(details), total_bytes=sum(d.size for d in details),
                          corrupt_entries=sum(d.problem is not None for d in details), stats=stats,
-                         details=details if verbose else ())
+                         details=details if verbose else (), refused=tuple(self._scan()[1]))
 
     def clear(self) -> int:
-        """Removes every entry (and temp files left by writes that died, and shard directories
-        left empty); returns the entries removed. Other files are left alone."""
+        """Removes every entry, everything refused (:class:`RefusedItem`: links are removed, never
+        followed), temp files left by writes that died, and shard directories left empty; returns
+        the entries removed. Files named otherwise are left alone."""
         removed = 0
-        for path in list(self._entry_files()):
+        entries, refused = self._scan()
+        for path in entries:
             try:
                 path.unlink()
                 removed += 1
             except FileNotFoundError:
                 pass
+        for item in refused:
+            _remove_refused(item.path)
         try:
             shards = [s for s in self.root.iterdir() if _SHARD_NAME.fullmatch(s.name) and s.is_dir()
                       and not s.is_symlink()]
@@ -454,12 +544,66 @@ def _is_regular_file(path: Path) -> bool:
         return False
 
 
-def _remove_if_same(path: Path, opened: os.stat_result | None) -> None:
+class _Refused(Exception):
+    """A shard that is not this user's private directory: never followed or written."""
+
+
+def _kind(info: os.stat_result) -> str:
+    mode = info.st_mode
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def _link_note(path: Path | None, info: os.stat_result) -> str:
+    if path is None or not stat.S_ISLNK(info.st_mode):
+        return ""
+    try:
+        return f" (to {os.readlink(path)})"
+    except OSError:
+        return ""
+
+
+def _dir_problem(info: os.stat_result, path: Path | None = None) -> str | None:
+    """Why a shard (lstat/fstat) is not trusted, or None."""
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{_kind(info)}{_link_note(path, info)}, not a directory"
+    if os.name == "posix" and info.st_uid != os.geteuid():
+        return f"a directory owned by uid {info.st_uid}, not by this user"
+    if os.name == "posix" and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"a directory writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def _entry_problem(info: os.stat_result, path: Path | None = None) -> str | None:
+    """Why an entry (lstat/fstat) is never loaded, or None."""
+    if not stat.S_ISREG(info.st_mode):
+        return f"{_kind(info)}{_link_note(path, info)}, not a regular file"
+    if os.name == "posix" and info.st_uid != os.geteuid():
+        return f"a file owned by uid {info.st_uid}, not by this user"
+    return None
+
+
+def _remove_refused(path: Path) -> None:
+    """Unlinks a link or file, removes a directory's tree without following links (rmtree does not)."""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass  # gone, or not ours to remove: the next info still shows it
+
+
+def _remove_if_same(dir_fd: int, name: str, opened: os.stat_result | None) -> None:
     """Removes a bad entry, unless a writer has renamed a new file over it since it was read."""
     try:
-        now = os.lstat(path)
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if opened is None or (now.st_ino, now.st_dev) == (opened.st_ino, opened.st_dev):
-            os.unlink(path)
+            os.unlink(name, dir_fd=dir_fd)
     except OSError:
         pass
 

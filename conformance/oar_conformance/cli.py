@@ -9,6 +9,7 @@ device type, the plugin cannot be opened, a malformed expected file),
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -40,6 +41,41 @@ def _select(level_names: list[str], quick: bool, pattern: str | None):
         return tiers.select(level_names, quick=quick, pattern=pattern)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--filter") from error
+
+
+class _Seconds(click.ParamType):
+    """A finite number of seconds above zero (click's FloatRange lets nan and inf through)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds < 0.1:
+            self.fail(f"{value!r} is not a finite number of seconds of at least 0.1", param, ctx)
+        return seconds
+
+
+def _check_report_path(path: str | None, option: str) -> None:
+    """Refuses a report path the run could not write, before the run starts: its directory must
+    exist and take a new file there (tried, then removed), or the file must open for writing."""
+    if path is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise click.BadParameter(f"cannot write {path}: directory {directory} does not exist", param_hint=f"'{option}'")
+    if os.path.isdir(path):
+        raise click.BadParameter(f"cannot write {path}: it is a directory", param_hint=f"'{option}'")
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise click.BadParameter(f"cannot write {path}: {error.strerror or error}", param_hint=f"'{option}'") from None
+    if not existed:
+        os.unlink(path)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -84,7 +120,7 @@ def _plugin_environment(device: str, plugin: str | None, timeout: float) -> dict
 @click.option("--filter", "pattern", default=None, help="Only tests whose id matches this regular expression.")
 @click.option("--jobs", type=click.IntRange(1, 256), default=lambda: os.cpu_count() or 1, show_default="CPUs",
               help="Worker processes.")
-@click.option("--timeout", type=click.FloatRange(0.1), default=120.0, show_default=True,
+@click.option("--timeout", type=_Seconds(), default=120.0, show_default=True,
               help="Seconds a test may run before its worker is killed and the test fails.")
 @click.option("--expected", "expected_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Expected-results YAML; the run fails only on a REGRESSION against it.")
@@ -108,6 +144,13 @@ def run(device, plugin, level_text, quick, pattern, jobs, timeout, expected_path
     console = Console(highlight=False)
     level_names = _levels(level_text)
     tests = _select(level_names, quick, pattern)
+    if not tests:
+        scope = f"level(s) {', '.join(level_names)}{' (quick)' if quick else ''}"
+        raise click.UsageError(f"--filter {pattern!r} selects no test of {scope}: nothing to run "
+                               f"(`conformance list --filter PATTERN` shows what a pattern selects)"
+                               if pattern else f"{scope} hold no test: nothing to run")
+    for option, path in (("--junit", junit_path), ("--json", json_path), ("--html", html_path)):
+        _check_report_path(path, option)
     expected = None
     if expected_path:
         try:

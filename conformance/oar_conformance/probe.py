@@ -110,7 +110,7 @@ def describe(path: str) -> dict:
 
 def resolve(device_type: str) -> dict:
     from oar import plugin_manager
-
+    plugin_manager.probe_before_loading(10.0)  # a plugin that crashes or hangs loading is skipped
     records = plugin_manager.plugin_records()
     for record in records:
         if record.status == plugin_manager.LOADED and record.device_type == device_type:

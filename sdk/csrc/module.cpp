@@ -6,6 +6,7 @@
 #include "device_memory.hpp"
 #include "dispatch.hpp"
 #include "dtypes.hpp"
+#include "fork_guard.hpp"
 #include "kernels.hpp"
 #include "modules.hpp"
 #include "plugin.hpp"
@@ -24,4 +25,5 @@ PYBIND11_MODULE(_C, module) {
   oar::register_dispatch(module);
   oar::register_allocator(module);
   oar::register_collectives(module, plugin_class);
+  oar::register_fork_guard(module);
 }

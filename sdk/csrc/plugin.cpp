@@ -181,6 +181,9 @@ void Plugin::check_table(const oar_plugin_params& params) {
   }
 }
 
+// The most devices one plugin may report (a sanity bound on what device_count returns).
+constexpr int32_t kMaxDevices = 1024;
+
 void Plugin::initialize() {
   if (initialized_) return;
   if (finalized_) raise_unusable();
@@ -198,11 +201,22 @@ void Plugin::initialize() {
     fail(status != OAR_SUCCESS ? "device_count failed with " + status_name(status) + (message.empty() ? "" : ": " + message)
                                : "device_count reported " + std::to_string(count) + " devices");
   }
+  if (count > kMaxDevices) {  // exit would synchronise each one; no machine has this many
+    initialized_ = true;
+    finalize();
+    fail("device_count reported " + std::to_string(count) + " devices; Oar accepts at most " +
+         std::to_string(kMaxDevices) + " per plugin");
+  }
   device_count_ = count;
+  init_fork_generation_ = fork_generation();
   initialized_ = true;
 }
 
 void Plugin::finalize() {
+  if (forked()) {  // the parent's plugin: its workers are not in this process, so nothing is called
+    closing_ = finalized_ = true;
+    return;
+  }
   if (finalized_ || closing_) return;
   closing_ = true;
   if (!initialized_) {
@@ -279,6 +293,7 @@ void Plugin::raise_not_provided(const char* entry) const {
 }
 
 void Plugin::raise_unusable() const {
+  if (forked()) raise_forked_child(label());
   if (closing_) throw_oar_error("the " + label() + " is finalized; it cannot be used any more");
   throw_oar_error("the " + label() + " is not initialized");
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "fork_guard.hpp"
 #include "host_callbacks.hpp"
 #include "oar/device_api.h"
 
@@ -61,7 +62,9 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
   // False for a plugin from a bare init address: its code may be gone, so nothing calls it implicitly.
   bool code_known_alive() const { return library_ != nullptr || (owner_ && !owner_.is_none()); }
   bool finalized() const { return finalized_; }
-  bool usable() const { return initialized_ && !closing_; }
+  bool usable() const { return initialized_ && !closing_ && !forked(); }
+  // Initialised in the parent of this (forked) process: never called here, not even to finalize.
+  bool forked() const { return initialized_ && init_fork_generation_ != fork_generation(); }
   int32_t device_count() const { return device_count_; }
   const std::vector<std::string>& warnings() const { return warnings_; }
   std::vector<std::string> provided_entries() const;
@@ -73,7 +76,7 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
 
   // Raise OarError unless the plugin is initialized and not finalized (nor being finalized).
   void ensure_usable() const {
-    if (!initialized_ || closing_) raise_unusable();
+    if (!initialized_ || closing_ || forked()) raise_unusable();
   }
   // Raise InvalidDeviceError unless 0 <= device < device_count.
   void check_device(int64_t device) const;
@@ -149,6 +152,7 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
   std::vector<std::string> warnings_;
   bool initialized_ = false;
   bool closing_ = false;    // finalize has begun: no new calls
+  uint64_t init_fork_generation_ = 0;  // fork_generation() when initialised
   bool finalized_ = false;
   mutable std::atomic<int> calls_in_flight_{0};
   int32_t device_count_ = 0;

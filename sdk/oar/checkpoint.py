@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import struct
 from typing import Any
 
@@ -126,20 +127,29 @@ def _flatten(obj: Any, path: str, tensors: dict) -> Any:
 
 
 def _unflatten(tree: Any, tensors: dict, path: str) -> Any:
-    if isinstance(tree, dict):
-        if "__tensor__" in tree:
-            key = tree["__tensor__"]
-            if key not in tensors:
-                raise CheckpointError(path, f"the metadata names tensor {key!r}, which the file does not hold")
-            return tensors[key]
-        if "__dict__" in tree:
-            return {k: _unflatten(v, tensors, path) for k, v in tree["__dict__"]}
-        if "__list__" in tree:
-            return [_unflatten(v, tensors, path) for v in tree["__list__"]]
-        if "__tuple__" in tree:
-            return tuple(_unflatten(v, tensors, path) for v in tree["__tuple__"])
+    """The nest the metadata tree describes; any shape :func:`_flatten` does not write is refused."""
+    if isinstance(tree, list):
+        raise CheckpointError(path, "corrupt oar metadata (a bare list in the tree)")
+    if not isinstance(tree, dict):
+        return tree
+    if len(tree) != 1:
         raise CheckpointError(path, f"unknown entry in the metadata tree: {sorted(tree)}")
-    return tree
+    (kind, value), = tree.items()
+    if kind == "__tensor__":
+        if not isinstance(value, str) or value not in tensors:
+            raise CheckpointError(path, f"the metadata names tensor {value!r}, which the file does not hold")
+        return tensors[value]
+    if kind == "__dict__":
+        if not (isinstance(value, list) and all(isinstance(item, list) and len(item) == 2
+                                                and isinstance(item[0], (str, int)) for item in value)):
+            raise CheckpointError(path, "corrupt oar metadata (a __dict__ that is not a list of [key, value] pairs)")
+        return {k: _unflatten(v, tensors, path) for k, v in value}
+    if kind in ("__list__", "__tuple__"):
+        if not isinstance(value, list):
+            raise CheckpointError(path, f"corrupt oar metadata (a {kind} that is not a list)")
+        items = [_unflatten(v, tensors, path) for v in value]
+        return items if kind == "__list__" else tuple(items)
+    raise CheckpointError(path, f"unknown entry in the metadata tree: {sorted(tree)}")
 
 
 # ---- save -------------------------------------------------------------------------------------------
@@ -165,7 +175,11 @@ def save(obj: Any, path: str | os.PathLike) -> None:
     metadata = {_META_KEY: json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "tree": tree},
                                       allow_nan=True, separators=(",", ":"))}
     base = os.path.basename(path)
-    temp = _create_temp(directory, f".{base}.tmp-{os.getpid()}-")
+    try:
+        temp = _create_temp(directory, f".{base}.tmp-{os.getpid()}-")
+    except OSError as e:
+        raise CheckpointError(path, f"cannot write to directory {directory} ({e.strerror or e}); "
+                                    f"nothing was written") from None
     try:
         safetensors.serialize_file(specs, temp, metadata=metadata)
         _fsync_file(temp)
@@ -251,7 +265,47 @@ def _process_alive(pid: int) -> bool:
 
 # ---- load -------------------------------------------------------------------------------------------
 
+_LOADED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool")
+
+
+def _is_count(value) -> bool:
+    """A non-negative JSON integer (not a bool, not a float)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _read_file(path: str) -> bytes:
+    """The whole file, refusing anything but a regular file before reading (a FIFO would block,
+    /dev/zero never ends) and reading no more than the size fstat gave."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise CheckpointError(path, "no such file") from None
+    except OSError as e:
+        raise CheckpointError(path, f"cannot read: {e.strerror or e}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
+                    else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "a socket"
+                    if stat.S_ISSOCK(info.st_mode) else "a special file")
+            raise CheckpointError(path, f"not a regular file ({kind}); a checkpoint is a file")
+        chunks, left = [], info.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break  # shrunk while read: the size check below reports it
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as e:
+        raise CheckpointError(path, f"cannot read: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
 def _read_header(path: str, data: bytes) -> dict:
+    """The header, every field checked: dtypes, shapes, offsets within the data, no overlaps, no gaps."""
     if len(data) < 8:
         raise CheckpointError(path, f"truncated: {len(data)} bytes, shorter than the 8-byte header length")
     (header_len,) = struct.unpack("<Q", data[:8])
@@ -264,26 +318,44 @@ def _read_header(path: str, data: bytes) -> dict:
         header = json.loads(data[8:8 + header_len].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(path, f"corrupt header (not JSON: {e})") from None
+    except RecursionError:
+        raise CheckpointError(path, "corrupt header (JSON nested too deeply)") from None
     if not isinstance(header, dict):
         raise CheckpointError(path, "corrupt header (not a JSON object)")
+    metadata = header.get("__metadata__")
+    if metadata is not None and not (isinstance(metadata, dict)
+                                     and all(isinstance(v, str) for v in metadata.values())):
+        raise CheckpointError(path, "corrupt header: __metadata__ must map names to strings")
     body = len(data) - 8 - header_len
-    end = 0
+    ranges = []
     for key, info in header.items():
         if key == "__metadata__":
             continue
-        try:
-            dtype, shape, (begin, stop) = info["dtype"], info["shape"], info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(path, f"corrupt header entry for tensor {key!r}") from None
+        if not (isinstance(info, dict) and isinstance(info.get("dtype"), str) and isinstance(info.get("shape"), list)
+                and isinstance(info.get("data_offsets"), list) and len(info["data_offsets"]) == 2):
+            raise CheckpointError(path, f"corrupt header entry for tensor {key!r} (needs dtype, shape and "
+                                        f"two data_offsets)")
+        dtype, shape, (begin, stop) = info["dtype"], info["shape"], info["data_offsets"]
         if dtype not in _DTYPES:
-            raise CheckpointError(path, f"tensor {key!r} has dtype {dtype}, which oar does not load")
+            raise CheckpointError(path, f"tensor {key!r} has dtype {dtype!r}, which oar does not load")
+        if not all(_is_count(d) for d in shape):
+            raise CheckpointError(path, f"tensor {key!r} has shape {shape}: dims must be non-negative integers")
+        if not (_is_count(begin) and _is_count(stop) and begin <= stop):
+            raise CheckpointError(path, f"tensor {key!r} has data_offsets {[begin, stop]}: need 0 <= begin <= end")
         expected = math.prod(shape) * _DTYPES[dtype][1]
         if stop - begin != expected:
             raise CheckpointError(path, f"tensor {key!r}: {stop - begin} bytes for shape {shape} of {dtype}")
         if stop > body:
             raise CheckpointError(path, f"truncated: tensor {key!r} ends at byte {stop} of the data, which has "
                                         f"{body} bytes")
-        end = max(end, stop)
+        ranges.append((begin, stop, key))
+    end = 0
+    for begin, stop, key in sorted(ranges):
+        if begin < end:
+            raise CheckpointError(path, f"corrupt: tensor {key!r} (bytes {begin}..{stop}) overlaps another tensor")
+        if begin > end:
+            raise CheckpointError(path, f"corrupt: bytes {end}..{begin} of the data belong to no tensor")
+        end = stop
     if end != body:
         raise CheckpointError(path, f"corrupt: the tensors cover {end} bytes of data, the file holds {body}")
     return header
@@ -291,42 +363,44 @@ def _read_header(path: str, data: bytes) -> dict:
 
 def load(path: str | os.PathLike, device=None) -> Any:
     """Reads a checkpoint written by :func:`save` (or any safetensors file) with its
-    tensors on ``device`` (default: the current device)."""
-    import safetensors
-
+    tensors on ``device`` (default: the current device). A file that is not one raises
+    :class:`CheckpointError`, whatever is wrong with it."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise CheckpointError(path, "no such file") from None
-    except OSError as e:
-        raise CheckpointError(path, f"cannot read: {e}") from None
+    data = _read_file(path)
     header = _read_header(path, data)
     try:
+        return _load_checked(path, data, header, device)
+    except RecursionError:
+        raise CheckpointError(path, "corrupt oar metadata (nested too deeply)") from None
+
+
+def _load_checked(path: str, data: bytes, header: dict, device) -> Any:
+    import safetensors
+
+    try:
         entries = safetensors.deserialize(data)
-    except safetensors.SafetensorError as e:
+    except Exception as e:  # SafetensorError, and whatever else the parser raises for a bad file
         raise CheckpointError(path, f"corrupt: {e}") from None
     tensors = {}
     for key, entry in entries:
         name = _DTYPES[entry["dtype"]][0]
-        if name not in ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool"):
+        if name not in _LOADED_DTYPES:
             raise CheckpointError(path, f"tensor {key!r} has dtype {name}, which oar tensors do not have")
         tensors[key] = _host_to_tensor(name, list(entry["shape"]), entry["data"], device)
     metadata = header.get("__metadata__") or {}
-    text = metadata.get(_META_KEY) if isinstance(metadata, dict) else None
+    text = metadata.get(_META_KEY)
     if text is None:
         return tensors
     try:
         info = json.loads(text)
-        if info.get("format") != FORMAT:
-            raise ValueError(f"format {info.get('format')!r}")
-        if int(info.get("version", 0)) > FORMAT_VERSION:
-            raise CheckpointError(path, f"written by a newer oar (checkpoint format {info['version']}, this oar "
-                                        f"reads up to {FORMAT_VERSION})")
-        tree = info["tree"]
-    except CheckpointError:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise CheckpointError(path, f"corrupt oar metadata ({e})") from None
-    return _unflatten(tree, tensors, path)
+    except json.JSONDecodeError as e:
+        raise CheckpointError(path, f"corrupt oar metadata (not JSON: {e})") from None
+    if not isinstance(info, dict) or info.get("format") != FORMAT or "tree" not in info:
+        raise CheckpointError(path, "corrupt oar metadata (not an oar.checkpoint object with a tree)")
+    version = info.get("version", 0)
+    if not _is_count(version):
+        raise CheckpointError(path, f"corrupt oar metadata (format version {version!r})")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(path, f"written by a newer oar (checkpoint format {version}, this oar "
+                                    f"reads up to {FORMAT_VERSION})")
+    return _unflatten(info["tree"], tensors, path)

@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from oar.terminal import printable
+
 __all__ = ["main", "include_dir"]
 
 
@@ -29,8 +31,8 @@ def include_dir() -> Path:
 
 
 def _text(value: object) -> str:
-    """Plugin-provided text made inert for rich markup."""
-    return escape(str(value))
+    """Plugin-provided text made inert for the terminal (control characters) and for rich markup."""
+    return escape(printable(value))
 
 
 def _bytes(count: int | None) -> str:
@@ -60,10 +62,14 @@ def main(ctx: click.Context, show_include_dir: bool) -> None:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the same data as JSON.")
-def info(as_json: bool) -> None:
-    """Show the plugins found and failed, their devices and entry points."""
+@click.option("--probe-timeout", type=click.FloatRange(0.1, 3600), default=30.0, show_default=True,
+              help="Seconds a plugin may take to load in its probe process before it is reported as hung.")
+def info(as_json: bool, probe_timeout: float) -> None:
+    """Show the plugins found and failed, their devices and entry points. Each plugin is loaded in
+    a probe process first: one that crashes or hangs there is reported, not loaded."""
     import oar
 
+    oar.plugin_manager.probe_before_loading(probe_timeout)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", oar.PluginWarning)  # failures are listed below instead
         data = oar.plugins_info()
@@ -163,7 +169,8 @@ def cache_info(as_json: bool, verbose: bool) -> None:
     summary = kernel_cache.info(verbose=verbose)
     if as_json:
         data = {"root": str(summary.root), "entries": summary.entries, "total_bytes": summary.total_bytes,
-                "corrupt_entries": summary.corrupt_entries, "warnings": [str(w.message) for w in caught]}
+                "corrupt_entries": summary.corrupt_entries, "warnings": [str(w.message) for w in caught],
+                "refused": [{"path": str(item.path), "problem": item.problem} for item in summary.refused]}
         if verbose:
             data["details"] = [{"path": str(e.path), "digest": e.digest, "size": e.size, "key": e.key,
                                 "problem": e.problem} for e in summary.details]
@@ -180,7 +187,11 @@ def cache_info(as_json: bool, verbose: bool) -> None:
     table.add_row("size", _bytes(summary.total_bytes))
     if summary.corrupt_entries:
         table.add_row("corrupt", f"[red]{summary.corrupt_entries}[/red] (removed when next read, or by oar cache clear)")
+    if summary.refused:
+        table.add_row("refused", f"[red]{len(summary.refused)}[/red] (never followed or loaded; removed by oar cache clear)")
     console.print(table)
+    for item in summary.refused:
+        console.print(f"[red]refused[/red] {_text(item.path)}: {_text(item.problem)}")
     if verbose and summary.details:
         entries = Table(title="entries", title_justify="left")
         entries.add_column("digest", no_wrap=True)
@@ -201,11 +212,16 @@ def cache_info(as_json: bool, verbose: bool) -> None:
 
 @cache.command("clear")
 def cache_clear() -> None:
-    """Remove every kernel cache entry (other files in the directory are left alone)."""
+    """Remove every kernel cache entry, and links or special files in their place (other files in
+    the directory are left alone)."""
     kernel_cache = _open_kernel_cache()
+    refused = kernel_cache.info().refused
     removed = kernel_cache.clear()
-    Console(highlight=False).print(f"removed {removed} kernel cache entr{'y' if removed == 1 else 'ies'} "
-                                   f"from {_text(kernel_cache.root)}")
+    console = Console(highlight=False)
+    for item in refused:
+        console.print(f"removed {_text(item.path)}: {_text(item.problem)}")
+    console.print(f"removed {removed} kernel cache entr{'y' if removed == 1 else 'ies'} "
+                  f"from {_text(kernel_cache.root)}")
 
 
 # The vendor's tooling: `oar new-backend` and `oar ci render` (oar/vendor/scaffold/cli.py).

@@ -8,6 +8,8 @@ through :func:`device_error`.
 
 from __future__ import annotations
 
+from oar.terminal import printable as _printable
+
 __all__ = [
     "OarError",
     "PluginLoadError",
@@ -47,7 +49,7 @@ class PluginLoadError(OarError):
     """A plugin library could not be loaded: ``path`` names it, ``reason`` says why."""
 
     def __init__(self, path: str, reason: str):
-        super().__init__(f"cannot load plugin {path}: {reason}")
+        super().__init__(f"cannot load plugin {path}: {_printable(reason, multiline=True)}")
         self.path = path
         self.reason = reason
 
@@ -71,7 +73,8 @@ class DeviceError(OarError):
         self.status = int(status)
         self.status_name = status_name or STATUS_NAMES.get(self.status, f"OAR_STATUS_{self.status}")
         self.plugin_message = plugin_message
-        message = plugin_message if plugin_message else "(the plugin left no message)"
+        # the plugin's text as given stays in plugin_message; the message is safe to print
+        message = _printable(plugin_message, multiline=True) if plugin_message else "(the plugin left no message)"
         super().__init__(f"{plugin} plugin ({plugin_path}): {call} failed with "
                          f"{self.status_name}: {message}")
 

@@ -77,4 +77,6 @@ def reset_peak_memory_stats(device: Union[DeviceLike, int] = None) -> None:
 def empty_cache(device: Union[DeviceLike, int] = None) -> None:
     """Return the cached, unused device memory to the plugin. Blocks in use, and freed blocks
     still waiting for work on other streams, stay."""
+    # the 0-d tensors of Python numbers kept for reuse hold blocks that would pin their segments
+    _C._clear_scalar_cache()
     _C.allocator_empty_cache(*_allocator_of(device))

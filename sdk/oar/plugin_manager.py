@@ -30,7 +30,7 @@ from typing import Any
 from oar import _C
 from oar.errors import InvalidDeviceError, PluginLoadError, PluginWarning
 
-__all__ = ["PluginRecord", "load_plugin", "adopt", "unload", "plugin_records", "plugin_for", "loaded_plugins",
+__all__ = ["PluginRecord", "probe_before_loading", "load_plugin", "adopt", "unload", "plugin_records", "plugin_for", "loaded_plugins",
            "discover"]
 
 ENV_PATH = "OAR_PLUGIN_PATH"
@@ -64,6 +64,7 @@ class PluginRecord:
 
 _lock = threading.RLock()
 _records: list[PluginRecord] = []
+_probe_timeout: float | None = None  # set by probe_before_loading
 _by_type: dict[str, Any] = {}
 _seen_files: set[str] = set()
 _discovered = False
@@ -94,6 +95,12 @@ def _load(path: str, origin: str, *, explicit: bool) -> PluginRecord | None:
                     raise PluginLoadError(path, record.error or record.status)
         return None
     _seen_files.add(key)
+    if _probe_timeout is not None and not explicit:
+        from oar.plugin_probe import probe
+
+        problem = probe(path, _probe_timeout)
+        if problem is not None:
+            return _skip(PluginRecord(path, origin, FAILED, error=problem))
     try:
         plugin = _C.load_plugin(path, initialize=False)
     except PluginLoadError as error:
@@ -122,6 +129,13 @@ def _load(path: str, origin: str, *, explicit: bool) -> PluginRecord | None:
                           warnings=list(plugin.warnings))
     _records.append(record)
     return record
+
+
+def probe_before_loading(timeout: float) -> None:
+    """Discovery loads each plugin in a child process first (oar.plugin_probe), and skips one that
+    crashes, exits or hangs there; for commands that must survive any plugin (``oar info``)."""
+    global _probe_timeout
+    _probe_timeout = timeout
 
 
 def _env_paths() -> list[str]:

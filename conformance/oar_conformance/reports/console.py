@@ -13,6 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from oar.terminal import printable
+
 from oar_conformance.registry import ERROR, FAIL, FALLBACK, PASS, SKIP, TestCase
 from oar_conformance.runner import Observer
 
@@ -79,26 +81,27 @@ class ProgressDisplay(Observer):
         self._refresh(level)
         if result["status"] in (FAIL, ERROR):
             line = Text.assemble((result["status"].upper(), STATUS_STYLES[result["status"]]), " ",
-                                 (result["id"], "bold"), ": ", result.get("message") or "")
+                                 (result["id"], "bold"), ": ", printable(result.get("message") or "", multiline=True))
             self.progress.console.print(line, overflow="fold")
 
     def warning(self, message: str) -> None:
-        self.progress.console.print(Text.assemble(("warning: ", "yellow"), message))
+        self.progress.console.print(Text.assemble(("warning: ", "yellow"), printable(message, multiline=True)))
 
 
 def print_environment(console: Console, plugin: dict, options: dict) -> None:
     console.print(Text.assemble(("Oar conformance", "bold"), f" - device {options['device']}, levels ",
                                 ", ".join(options["levels"]), " (quick)" if options.get("quick") else ""))
-    console.print(Text.assemble("plugin ", (str(plugin.get("path", "?")), "bold")), overflow="fold")
-    console.print(Text(f"  type {plugin.get('device_type', '?')}, version {plugin.get('plugin_version', '?')}, "
-                       f"ABI {plugin.get('plugin_abi', '?')} (host {plugin.get('host_abi', '?')}), capabilities: "
-                       f"{', '.join(plugin.get('capabilities') or []) or 'none'}"))
+    console.print(Text.assemble("plugin ", (printable(plugin.get("path", "?")), "bold")), overflow="fold")
+    console.print(Text(printable(f"  type {plugin.get('device_type', '?')}, version {plugin.get('plugin_version', '?')}, "
+                                 f"ABI {plugin.get('plugin_abi', '?')} (host {plugin.get('host_abi', '?')}), "
+                                 f"capabilities: {', '.join(plugin.get('capabilities') or []) or 'none'}")))
     for device in plugin.get("devices") or []:
         props = device.get("properties") or {}
-        console.print(Text(f"  device {device['index']}: {props.get('name', props.get('error', '?'))}, "
-                           f"{props.get('total_memory', 0) / 2**30:.1f} GiB, {props.get('compute_units', '?')} units"))
+        console.print(Text(printable(f"  device {device['index']}: {props.get('name', props.get('error', '?'))}, "
+                                     f"{props.get('total_memory', 0) / 2**30:.1f} GiB, "
+                                     f"{props.get('compute_units', '?')} units")))
     if plugin.get("error"):
-        console.print(Text.assemble(("probe: ", "red"), str(plugin["error"])))
+        console.print(Text.assemble(("probe: ", "red"), printable(plugin["error"], multiline=True)))
 
 
 def print_summary(console: Console, document: dict) -> None:
@@ -131,7 +134,7 @@ def print_summary(console: Console, document: dict) -> None:
             for test in changed:
                 listing.add_row(Text(test["label"], style=LABEL_STYLES[test["label"]]), Text(test["id"]),
                                 Text(test.get("expected") or "-"), Text(test["status"], style=STATUS_STYLES[test["status"]]),
-                                Text(test.get("message") or ""))
+                                Text(printable(test.get("message") or "", multiline=True)))
             console.print(listing)
         counts = comparison["counts"]
         console.print(Text.assemble(*[part for name in ("REGRESSION", "FIX", "DIFFERENCE", "NEW")
@@ -146,9 +149,9 @@ def print_summary(console: Console, document: dict) -> None:
         listing.add_column("message", overflow="fold")
         for test in problems:
             listing.add_row(Text(test["status"], style=STATUS_STYLES[test["status"]]), Text(test["id"]),
-                            Text(test.get("message") or ""))
+                            Text(printable(test.get("message") or "", multiline=True)))
         console.print(listing)
     for warning in document.get("warnings") or []:
-        console.print(Text.assemble(("warning: ", "yellow"), warning))
+        console.print(Text.assemble(("warning: ", "yellow"), printable(warning, multiline=True)))
     verdict = "PASS" if document["summary"]["ok"] else "FAIL"
     console.print(Text.assemble(("Result: ", "bold"), (verdict, "bold green" if verdict == "PASS" else "bold red")))

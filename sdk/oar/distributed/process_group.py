@@ -415,6 +415,40 @@ def _from_torch(t: Any, value: Any) -> None:
         t.copy_(array.view(numpy_dtype(t.dtype)) if t.dtype is oar.bfloat16 else array)
 
 
+_AGREED_CALLS = ("all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "reduce_scatter_tensor",
+                 "all_to_all_single")
+_DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool", "uint8")
+
+
+def _agree(pg: ProcessGroup, call: str, tensor: Any, op: int = -1, root: int = -1) -> None:
+    """Before a gloo collective: every rank checks that all made the same call with the same element
+    count and dtype (and op, root), as the plugins' collectives do. gloo aborts the process on a
+    size mismatch; this raises ValueError on every rank instead, naming each rank's call."""
+    import torch
+
+    name = tensor.dtype.name
+    mine = torch.tensor([_AGREED_CALLS.index(call), tensor.numel(),
+                         _DTYPE_NAMES.index(name) if name in _DTYPE_NAMES else -1, op, root], dtype=torch.int64)
+    every = torch.empty((pg.size(), mine.numel()), dtype=torch.int64)
+    _torch_dist().all_gather_into_tensor(every.reshape(-1), mine, group=pg._gloo)
+    if bool((every == mine).all()):
+        return
+
+    def describe(row) -> str:
+        call_index, count, dtype_index, rank_op, rank_root = (int(v) for v in row)
+        text = (f"{_AGREED_CALLS[call_index] if 0 <= call_index < len(_AGREED_CALLS) else '?'} of {count} "
+                f"{_DTYPE_NAMES[dtype_index] if 0 <= dtype_index < len(_DTYPE_NAMES) else '?'}")
+        if rank_op >= 0:
+            text += f", op {_OP_NAMES.get(rank_op, rank_op)}"
+        if rank_root >= 0:
+            text += f", root {rank_root}"
+        return text
+
+    calls = "; ".join(f"rank {pg.ranks[i]}: {describe(row)}" for i, row in enumerate(every.tolist()))
+    raise ValueError(f"{call}: the ranks' calls do not match ({calls}); every rank must pass the same element "
+                     f"count and dtype (and op and root)")
+
+
 def _gloo_op(op: int):
     dist = _torch_dist()
     return {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.PRODUCT: dist.ReduceOp.PRODUCT, ReduceOp.MAX: dist.ReduceOp.MAX,
@@ -444,6 +478,7 @@ def all_reduce(tensor: Any, op: int = ReduceOp.SUM, group: ProcessGroup | None =
     pg, op = _group(group), _check_op(op)
     _check_tensor(tensor, "all_reduce: tensor")
     if pg.backend == "gloo":
+        _agree(pg, "all_reduce", tensor, op=op)
         value = _to_torch(tensor)
         _torch_dist().all_reduce(value, op=_gloo_op(op), group=pg._gloo)
         _from_torch(tensor, _average(value, pg.size()) if op == ReduceOp.AVG else value)
@@ -459,6 +494,7 @@ def broadcast(tensor: Any, src: int, group: ProcessGroup | None = None, async_op
     _check_tensor(tensor, "broadcast: tensor")
     root = pg.group_rank(src)
     if pg.backend == "gloo":
+        _agree(pg, "broadcast", tensor, root=src)
         value = _to_torch(tensor)
         _torch_dist().broadcast(value, src=src, group=pg._gloo)
         if root != pg.rank():
@@ -476,6 +512,7 @@ def reduce(tensor: Any, dst: int, op: int = ReduceOp.SUM, group: ProcessGroup | 
     _check_tensor(tensor, "reduce: tensor")
     root = pg.group_rank(dst)
     if pg.backend == "gloo":
+        _agree(pg, "reduce", tensor, op=op, root=dst)
         value = _to_torch(tensor)
         _torch_dist().reduce(value, dst=dst, op=_gloo_op(op), group=pg._gloo)
         if root == pg.rank():
@@ -497,6 +534,7 @@ def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Process
                          f"{output_tensor.dtype.name}, it needs {pg.size()} x {input_tensor.numel()} of "
                          f"{input_tensor.dtype.name}")
     if pg.backend == "gloo":
+        _agree(pg, "all_gather_into_tensor", input_tensor)
         value = _to_torch(input_tensor)
         out = value.new_empty((pg.size() * value.numel(),))
         _torch_dist().all_gather_into_tensor(out, value.reshape(-1), group=pg._gloo)
@@ -531,6 +569,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: int = ReduceOp.SUM, group
         raise ValueError(f"reduce_scatter_tensor: input has {input.numel()} elements of {input.dtype.name}, it "
                          f"needs {pg.size()} x {output.numel()} of {output.dtype.name}")
     if pg.backend == "gloo":
+        _agree(pg, "reduce_scatter_tensor", output, op=op)
         value = _to_torch(input).reshape(-1)
         out = value.new_empty((output.numel(),))
         _torch_dist().reduce_scatter_tensor(out, value, op=_gloo_op(op), group=pg._gloo)
@@ -566,6 +605,7 @@ def all_to_all_single(output: Any, input: Any, output_split_sizes: Any = None, i
         raise ValueError(f"all_to_all_single: input ({input.numel()} elements) must split into {n} equal blocks "
                          f"and output must match it (has {output.numel()} of {output.dtype.name})")
     if pg.backend == "gloo":
+        _agree(pg, "all_to_all_single", input)
         value = _to_torch(input).reshape(-1)
         out = value.new_empty(value.shape)
         _torch_dist().all_to_all_single(out, value, group=pg._gloo)
