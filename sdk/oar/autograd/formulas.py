@@ -24,7 +24,7 @@ from typing import Any
 
 from oar.autograd.schema import OpSpec, ops_schema
 
-__all__ = ["CompiledBackward", "compiled_backward", "FN_PREFIX", "HELPER_NAMES", "BackwardFormulaError"]
+__all__ = ["CompiledBackward", "compiled_backward", "missing_backward", "FN_PREFIX", "HELPER_NAMES", "BackwardFormulaError"]
 
 FN_PREFIX = "_fn_"
 HELPER_NAMES = frozenset({
@@ -48,7 +48,7 @@ class BackwardFormulaError(RuntimeError):
 class InputFormula:
     input: str            # the input's name in ops.yaml
     source: str           # the expression as written
-    code: Any             # its code object
+    code: Any             # its code object (None: the op has no formula, see missing_backward)
     names: frozenset      # the value names it reads
     data_names: frozenset  # those it reads beyond their metadata
 
@@ -150,6 +150,14 @@ def compile_backward(spec: OpSpec, op_names) -> CompiledBackward | None:
     output_names = {p.name for p in spec.outputs}
     data = frozenset().union(*(f.data_names for f in formulas.values()))
     return CompiledBackward(spec.name, formulas, bool(read & output_names), read & input_names, data & input_names)
+
+
+def missing_backward(spec: OpSpec) -> CompiledBackward:
+    """The stand-in backward of an op without a formula whose output carries a gradient
+    (a ``*_backward`` op recorded by a backward with create_graph): evaluating it is an error
+    that names the op, never a silent zero."""
+    formulas = {p.name: InputFormula(p.name, "", None, frozenset(), frozenset()) for p in spec.inputs}
+    return CompiledBackward(spec.name, formulas, False, frozenset(), frozenset())
 
 
 _lock = threading.Lock()

@@ -123,10 +123,49 @@ def ones_like(x):
 
 def slice_backward(g, x, dim, start, stop, step=1):
     """Zeros shaped like x with g written into x[start:stop:step] along dim."""
+    if g.requires_grad and _grad_enabled():
+        return _slice_backward_recorded(g, x, dim, start, stop, step)
     out = zeros_like(x)
     index = (slice(None),) * (int(dim) % max(ndim(x), 1)) + (slice(start, stop, step),)
     out[index] = g
     return out
+
+
+def _grad_enabled() -> bool:
+    from oar.autograd.grad_mode import is_grad_enabled
+    return is_grad_enabled()
+
+
+def _slice_backward_recorded(g, x, dim, start, stop, step):
+    """slice_backward out of recordable ops (no in-place write), for a backward with create_graph:
+    g's rows spread ``step`` apart with zeros between them, then zero padding on both sides."""
+    sizes = shape(x)
+    dim = int(dim) % max(len(sizes), 1)
+    first, _, step = slice(start, stop, step).indices(sizes[dim])
+    count_ = shape(g)[dim]
+    if count_ == 0:
+        return zeros_like(x)
+
+    def zeros(n):
+        zshape = list(shape(g))
+        zshape[dim] = n
+        return rt.full(zshape, 0, g.dtype, g.device)
+
+    spread = g
+    if step > 1:
+        inner = list(shape(g))
+        inner.insert(dim + 1, 1)
+        column = _op("reshape")(g, shape=inner)
+        gap_shape = list(inner)
+        gap_shape[dim + 1] = step - 1
+        rows = _op("concat")([column, rt.full(gap_shape, 0, g.dtype, g.device)], dim=dim + 1)
+        flat = list(shape(g))
+        flat[dim] = count_ * step
+        spread = _op("reshape")(rows, shape=flat)
+        spread = _op("slice")(spread, dim=dim, start=0, stop=(count_ - 1) * step + 1, step=1)
+    after = sizes[dim] - first - shape(spread)[dim]
+    parts = ([zeros(first)] if first else []) + [spread] + ([zeros(after)] if after else [])
+    return parts[0] if len(parts) == 1 else _op("concat")(parts, dim=dim)
 
 
 def sum_to_shape(g, target: Sequence[int]):
