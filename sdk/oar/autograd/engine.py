@@ -61,6 +61,10 @@ class Node:
     def name(self) -> str:
         return f"{self.op}_backward"
 
+    def describe(self) -> str:
+        """What made this node, for error messages."""
+        return f"op {self.op!r}"
+
     @property
     def next_functions(self) -> tuple:
         result = []
@@ -83,6 +87,16 @@ class Node:
         _mark(alias, self)
         self._output_ids[id(alias)] = index
         return alias
+
+    def apply_backward(self, grads: list, create_graph: bool) -> dict:
+        """The gradients of the inputs (edge name -> gradient) from those of the outputs."""
+        return _evaluate(self, grads, create_graph)
+
+    def release(self) -> None:
+        """Drop what backward needed (after a backward without retain_graph)."""
+        self.saved = {}
+        self._versions = []
+        self._freed = True
 
     def __repr__(self) -> str:
         return f"<{self.name()}>"
@@ -219,7 +233,9 @@ def _save(value, data: bool, detach: bool):
         return value  # a Python number passed as an input
     if not data:
         return TensorMeta.of(value)
-    return value.detach() if detach else value
+    if detach or getattr(value, "_wrapped_number", False):
+        return value.detach()  # a Python number the op wrapped is a constant: a plain 0-d tensor
+    return value
 
 
 def record(op: str, inputs: Sequence[Any], attrs: dict | None, outputs: Sequence[Any]) -> None:
@@ -364,7 +380,7 @@ def _evaluate(node: Node, grads: list, create_graph: bool = False) -> dict:
     """Runs the formulas of the inputs that need a gradient; returns name -> gradient (list for a list input).
     With ``create_graph`` the formulas' ops are recorded, and saved outputs rejoin the graph."""
     if node._freed:
-        raise RuntimeError(_FREED.format(what=f"op {node.op!r}"))
+        raise RuntimeError(_FREED.format(what=node.describe()))
     _check_versions(node)
     env = dict(_env())
     env.update(node.attrs)
@@ -421,7 +437,7 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
             _accumulate_leaf(leaf_buffers, tensor, g)
             continue
         if fn._freed and not retain_graph:
-            raise RuntimeError(_FREED.format(what=f"op {fn.op!r}"))
+            raise RuntimeError(_FREED.format(what=fn.describe()))
         key = (id(fn), fn.output_index(tensor))
         _accumulate(node_buffers, key, g)
         nodes[id(fn)] = fn
@@ -450,7 +466,7 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
     while stack:
         n = stack.pop()
         if n._freed:
-            raise RuntimeError(_FREED.format(what=f"op {n.op!r}"))
+            raise RuntimeError(_FREED.format(what=n.describe()))
         for _, _, target in n.edges:
             if target is not None and target[0] == "node":
                 child = target[1]
@@ -479,7 +495,7 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
                 slot = capture_nodes.get((node_id, i))
                 if slot is not None:
                     captured[slot] = g
-            results = _evaluate(node, grads, create_graph) if any(g is not None for g in grads) else {}
+            results = node.apply_backward(grads, create_graph) if any(g is not None for g in grads) else {}
             for name, index, target in node.edges:
                 if target is None:
                     continue
@@ -503,9 +519,7 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
                     if leaf_dependencies[id(leaf)] == 0 and capture is None and id(leaf) in leaf_buffers:
                         _store_leaf_grad(*leaf_buffers.pop(id(leaf)), create_graph)  # final: stored, hooks told
             if not retain_graph:
-                node.saved = {}
-                node._versions = []
-                node._freed = True
+                node.release()
         if capture is not None:
             for key, (leaf, g) in leaf_buffers.items():
                 slot = capture_leaves.get(key)
@@ -578,7 +592,7 @@ def _root_pairs(tensors, grad_tensors) -> list[tuple[Any, Any]]:
                                f"oar.no_grad())")
         if g is None:
             if math.prod(t.shape) != 1:
-                made_by = f" (made by op {t.grad_fn.op!r})" if isinstance(t.grad_fn, Node) else ""
+                made_by = f" (made by {t.grad_fn.describe()})" if isinstance(t.grad_fn, Node) else ""
                 raise RuntimeError(f"grad can be implicitly created only for scalar outputs; output {i}{made_by} "
                                    f"has shape {list(t.shape)}: pass a gradient of that shape (grad_outputs= in "
                                    f"autograd.grad, gradient= in backward)")
