@@ -88,9 +88,10 @@ class Node:
         self._output_ids[id(alias)] = index
         return alias
 
-    def apply_backward(self, grads: list, create_graph: bool) -> dict:
-        """The gradients of the inputs (edge name -> gradient) from those of the outputs."""
-        return _evaluate(self, grads, create_graph)
+    def apply_backward(self, grads: list, create_graph: bool, wanted: set | None = None) -> dict:
+        """The gradients of the inputs (edge name -> gradient) from those of the outputs; only
+        the inputs named in ``wanted`` when given."""
+        return _evaluate(self, grads, create_graph, wanted)
 
     def release(self) -> None:
         """Drop what backward needed (after a backward without retain_graph)."""
@@ -376,7 +377,7 @@ def _input_meta(target) -> TensorMeta | None:
     return target[1].output_meta[target[2]]
 
 
-def _evaluate(node: Node, grads: list, create_graph: bool = False) -> dict:
+def _evaluate(node: Node, grads: list, create_graph: bool = False, only: set | None = None) -> dict:
     """Runs the formulas of the inputs that need a gradient; returns name -> gradient (list for a list input).
     With ``create_graph`` the formulas' ops are recorded, and saved outputs rejoin the graph."""
     if node._freed:
@@ -400,7 +401,7 @@ def _evaluate(node: Node, grads: list, create_graph: bool = False) -> dict:
     env["grad"] = filled[0] if filled else None
     wanted = {}
     for name, index, target in node.edges:
-        if target is not None:
+        if target is not None and (only is None or name in only):
             wanted.setdefault(name, True)
     results = {}
     for name in wanted:
@@ -478,6 +479,8 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
             elif target is not None:
                 leaf_dependencies[id(target[1])] = leaf_dependencies.get(id(target[1]), 0) + 1
 
+    useful = _leading_to(nodes, capture_nodes, capture_leaves) if capture is not None else None
+
     ready = [(-n._seq, id(n)) for n in {id(n): n for n in start}.values() if dependencies.get(id(n), 0) == 0]
     heapq.heapify(ready)
     previous_mode = is_grad_enabled()
@@ -495,7 +498,16 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
                 slot = capture_nodes.get((node_id, i))
                 if slot is not None:
                     captured[slot] = g
-            results = node.apply_backward(grads, create_graph) if any(g is not None for g in grads) else {}
+            if useful is None:
+                wanted = None
+            elif node_id in useful:
+                wanted = {name for name, _, target in node.edges if target is not None and (
+                    (target[0] == "node" and id(target[1]) in useful) or
+                    (target[0] == "leaf" and id(target[1]) in capture_leaves))}
+            else:
+                wanted = set()
+            live = any(g is not None for g in grads) and wanted != set()
+            results = node.apply_backward(grads, create_graph, wanted) if live else {}
             for name, index, target in node.edges:
                 if target is None:
                     continue
@@ -535,6 +547,21 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
         return None
     finally:
         _set_enabled(previous_mode)
+
+
+def _leading_to(nodes: dict, capture_nodes: dict, capture_leaves: dict) -> set[int]:
+    """The ids of the nodes from which a gradient reaches a captured tensor: only their formulas
+    run (autograd.grad w.r.t. x skips the parameters' gradients). A node's inputs were recorded
+    before it, so ascending sequence order sees every child before its parents."""
+    targets = {node_id for node_id, _ in capture_nodes}
+    useful: set[int] = set()
+    for node in sorted(nodes.values(), key=lambda n: n._seq):
+        if id(node) in targets or any(
+                target is not None and ((target[0] == "node" and id(target[1]) in useful) or
+                                        (target[0] == "leaf" and id(target[1]) in capture_leaves))
+                for _, _, target in node.edges):
+            useful.add(id(node))
+    return useful
 
 
 def _accumulate_leaf(buffers: dict, leaf, g) -> None:

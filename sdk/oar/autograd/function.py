@@ -95,7 +95,7 @@ class FunctionNode(engine.Node):
     def describe(self) -> str:
         return f"Function {self.op!r}"
 
-    def apply_backward(self, grads: list, create_graph: bool) -> dict:
+    def apply_backward(self, grads: list, create_graph: bool, wanted: set | None = None) -> dict:
         name = self.op
         if self._freed:
             raise RuntimeError(engine._FREED.format(what=self.describe()))
