@@ -398,7 +398,9 @@ def _evaluate(node: Node, grads: list, create_graph: bool = False, only: set | N
     for g, meta in zip(grads, node.output_meta):
         filled.append(g if g is not None or meta is None else helpers.zeros_like(meta))
     env["grads"] = filled
-    env["grad"] = filled[0] if filled else None
+    if not any(p.name == "grad" for p in node.spec.inputs):
+        # a backward op's own input ``grad`` keeps its name; its formulas read the incoming one as grads[0]
+        env["grad"] = filled[0] if filled else None
     wanted = {}
     for name, index, target in node.edges:
         if target is not None and (only is None or name in only):

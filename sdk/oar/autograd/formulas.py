@@ -8,6 +8,11 @@ backward helper. A mistake in ops.yaml therefore fails on the first backward
 through that op with a message naming the op, the input and the expression,
 never as a wrong gradient.
 
+In a formula, ``grad`` is the gradient flowing into the op's output and ``grads`` the list of
+them, one per output; an op that itself has an input named ``grad`` (a fused ``*_backward`` op,
+differentiated for higher-order gradients) keeps that name for its input and reads the incoming
+gradient as ``grads[0]``.
+
 One rewrite happens at compile time: a name in call position (``f(...)``)
 always means the op or helper ``f``, any other name means the value in scope.
 ops.yaml needs both readings: reshape's attr ``shape`` sits beside the helper
