@@ -24,7 +24,6 @@ RTOL, ATOL = 1e-7, 1e-9
 # ops.yaml (a derivative not yet written there): differentiating their gradient is a clear
 # error naming that op. The test pins this list, so it fails when a formula is added.
 MISSING_SECOND_ORDER = {
-    "max_pool2d": "max_pool2d_backward",
     "layer_norm": "layer_norm_backward_input",
     "rms_norm": "rms_norm_backward_input",
     "cross_entropy": "cross_entropy_backward",
@@ -90,6 +89,10 @@ TORCH = {
         torch.nn.grad.conv2d_input(input_shape, w, g, stride, padding, dilation, groups),
     "conv2d_backward_weight": lambda g, x, weight_shape, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1:
         torch.nn.grad.conv2d_weight(x, weight_shape, g, stride, padding, dilation, groups),
+    "max_pool2d_backward": lambda g, x, kernel_size, stride=None, padding=(0, 0):
+        torch.ops.aten.max_pool2d_with_indices_backward(
+            g, x, kernel_size, stride or kernel_size, padding, (1, 1), False,
+            F.max_pool2d(x, kernel_size, stride or kernel_size, padding, return_indices=True)[1]),
     "avg_pool2d_backward": lambda g, x, kernel_size, stride=None, padding=(0, 0): torch.ops.aten.avg_pool2d_backward(
         g, x, kernel_size, stride or kernel_size, padding, False, True, None),
     "concat": lambda tensors, dim: torch.cat(tensors, dim),

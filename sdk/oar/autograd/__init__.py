@@ -21,5 +21,6 @@ from oar.autograd.helpers import TensorMeta
 
 __all__ = [
     "BackwardFormulaError", "Function", "FunctionCtx", "Node", "TensorMeta", "backward", "compile_all",
-    "compiled_backward", "enable_grad", "functional", "grad", "is_grad_enabled", "no_grad", "retain_grad", "set_grad_enabled",
+    "compiled_backward", "enable_grad", "functional", "grad", "is_grad_enabled", "no_grad", "retain_grad",
+    "set_grad_enabled",
 ]

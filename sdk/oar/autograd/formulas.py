@@ -29,12 +29,13 @@ from typing import Any
 
 from oar.autograd.schema import OpSpec, ops_schema
 
-__all__ = ["CompiledBackward", "compiled_backward", "missing_backward", "FN_PREFIX", "HELPER_NAMES", "BackwardFormulaError"]
+__all__ = ["CompiledBackward", "compiled_backward", "missing_backward", "FN_PREFIX", "HELPER_NAMES",
+           "BackwardFormulaError"]
 
 FN_PREFIX = "_fn_"
 HELPER_NAMES = frozenset({
     "unreduce", "count", "shape", "ndim", "inverse_permutation", "sum_leading",
-    "slice_backward", "zeros_like", "ones_like",
+    "slice_backward", "zeros_like", "ones_like", "max_pool2d_jvp",
 })
 # Arguments that only need a tensor's metadata (shape, dtype, device): an input read
 # only in such places is saved for backward as a TensorMeta, not kept alive.

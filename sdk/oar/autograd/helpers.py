@@ -15,7 +15,7 @@ from oar.autograd import _runtime as rt
 
 __all__ = [
     "TensorMeta", "unreduce", "count", "shape", "ndim", "inverse_permutation", "sum_leading",
-    "slice_backward", "zeros_like", "ones_like", "reduced_dims", "sum_to_shape", "HELPERS",
+    "slice_backward", "zeros_like", "ones_like", "reduced_dims", "sum_to_shape", "max_pool2d_jvp", "HELPERS",
 ]
 
 
@@ -188,8 +188,47 @@ def sum_to_shape(g, target: Sequence[int]):
     raise RuntimeError(f"gradient of shape {have} does not fit an input of shape {target}")
 
 
+def max_pool2d_jvp(v, x, kernel_size, stride=None, padding=(0, 0)):
+    """The forward derivative of max_pool2d at x in the direction v (both NCHW): v at the first
+    maximum of each window, as max_pool2d_backward routes gradients. Built from slices, so it
+    is differentiable (the derivative of max_pool2d_backward with respect to its grad)."""
+    kh, kw = (int(k) for k in kernel_size)
+    sh, sw = (int(s) for s in (stride or kernel_size))
+    ph, pw = (int(p) for p in padding)
+    y = _op("max_pool2d")(x, kernel_size=[kh, kw], stride=[sh, sw], padding=[ph, pw])
+    oh, ow = shape(y)[2], shape(y)[3]
+
+    def pad(t, value):
+        n, c, h, w = shape(t)
+        if ph:
+            rows = rt.full([n, c, ph, w], value, t.dtype, t.device)
+            t = _op("concat")([rows, t, rows], dim=2)
+        if pw:
+            cols = rt.full([n, c, h + 2 * ph, pw], value, t.dtype, t.device)
+            t = _op("concat")([cols, t, cols], dim=3)
+        return t
+
+    xp, vp = pad(x, -math.inf), pad(v, 0.0)
+    window = _op("slice")
+    result = found = None
+    for i in range(kh):          # row-major over the window: the first maximum wins
+        for j in range(kw):
+            def at(t):
+                t = window(t, dim=2, start=i, stop=i + sh * (oh - 1) + 1, step=sh)
+                return window(t, dim=3, start=j, stop=j + sw * (ow - 1) + 1, step=sw)
+            hit = _op("eq")(at(xp), y)
+            if found is None:
+                result, found = _op("where")(hit, at(vp), 0.0), hit
+                continue
+            take = _op("logical_and")(hit, _op("logical_not")(found))
+            result = _op("where")(take, at(vp), result)
+            found = _op("logical_or")(found, hit)
+    return result
+
+
 HELPERS = {
     "unreduce": unreduce, "count": count, "shape": shape, "ndim": ndim,
     "inverse_permutation": inverse_permutation, "sum_leading": sum_leading,
     "slice_backward": slice_backward, "zeros_like": zeros_like, "ones_like": ones_like,
+    "max_pool2d_jvp": max_pool2d_jvp,
 }
