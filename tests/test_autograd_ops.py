@@ -137,6 +137,23 @@ CASES = [
     ("slice_neg", "slice", [("x", rnd(102, 5, 2), True)], {"dim": 0, "start": -3, "stop": 100}),
     ("concat", "concat", [("tensors", [rnd(103, 2, 3), rnd(104, 2, 1), rnd(105, 2, 2)], True)], {"dim": -1}),
     ("split", "split", [("x", rnd(106, 5, 3), True)], {"sizes": [2, 1, 2], "dim": 0}),
+    # the fused backward ops that have formulas (for second-order gradients)
+    ("gelu_backward", "gelu_backward", [("grad", rnd(107, 3, 4), True), ("x", rnd(108, 3, 4, low=-3, high=3), True)],
+     {}),
+    ("gelu_backward_tanh", "gelu_backward", [("grad", rnd(109, 3, 4), True),
+                                             ("x", rnd(110, 3, 4, low=-3, high=3), True)], {"approximate": "tanh"}),
+    ("conv2d_backward_input", "conv2d_backward_input", [("grad", rnd(111, 1, 4, 3, 3), True),
+                                                        ("weight", rnd(112, 4, 2, 3, 3), True)],
+     {"input_shape": [1, 4, 6, 6], "stride": [2, 2], "padding": [1, 1], "groups": 2}),
+    ("conv2d_backward_weight", "conv2d_backward_weight", [("grad", rnd(113, 2, 3, 3, 3), True),
+                                                          ("x", rnd(114, 2, 2, 5, 5), True)],
+     {"weight_shape": [3, 2, 3, 3]}),
+    ("max_pool2d_backward", "max_pool2d_backward", [("grad", rnd(117, 1, 1, 5, 5), True),
+                                                    ("x", distinct(118, 1, 1, 5, 5), False)],
+     {"kernel_size": [3, 3], "stride": [1, 1], "padding": [1, 1]}),
+    ("avg_pool2d_backward", "avg_pool2d_backward", [("grad", rnd(115, 1, 1, 3, 3), True),
+                                                    ("x", rnd(116, 1, 1, 5, 5), False)],
+     {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]}),
 ]
 
 CASE_OPS = {case[1] for case in CASES}

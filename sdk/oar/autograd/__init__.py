@@ -14,14 +14,16 @@ functions, on the tensors' device.
 
 from oar.autograd import engine as _engine
 from oar.autograd.engine import Node, backward, grad, record as _record, retain_grad
+from oar.autograd import functional
 from oar.autograd.formulas import BackwardFormulaError, compile_all, compiled_backward
+from oar.autograd.function import Function, FunctionCtx
 from oar.autograd.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from oar.autograd.helpers import TensorMeta
 
 __all__ = [
-    "BackwardFormulaError", "Node", "TensorMeta", "backward", "compile_all", "compiled_backward",
-    "enable_grad", "get_backward_compiler", "grad", "is_grad_enabled", "no_grad", "retain_grad",
-    "set_backward_compiler", "set_grad_enabled",
+    "BackwardFormulaError", "Function", "FunctionCtx", "Node", "TensorMeta", "backward", "compile_all",
+    "compiled_backward", "enable_grad", "functional", "get_backward_compiler", "grad", "is_grad_enabled",
+    "no_grad", "retain_grad", "set_backward_compiler", "set_grad_enabled",
 ]
 
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 
 from oar.autograd import _runtime as rt
 from oar.autograd import helpers
-from oar.autograd.formulas import BUILTIN_NAMES, FN_PREFIX, CompiledBackward, compiled_backward
+from oar.autograd.formulas import BUILTIN_NAMES, FN_PREFIX, CompiledBackward, compiled_backward, missing_backward
 from oar.autograd.grad_mode import _set_enabled, is_grad_enabled
 from oar.autograd.helpers import TensorMeta
 from oar.autograd.schema import OpSpec, ops_schema
@@ -37,10 +37,11 @@ class Node:
     """
 
     __slots__ = ("op", "spec", "backward_fn", "attrs", "saved", "edges", "output_meta",
-                 "_output_ids", "_seq", "_freed", "_retained", "_versions", "__weakref__")
+                 "_output_ids", "_seq", "_freed", "_retained", "_versions", "_saved_outputs", "__weakref__")
 
     def __init__(self, spec: OpSpec, backward_fn: CompiledBackward, attrs: dict, saved: dict,
-                 edges: list, output_meta: list[TensorMeta], output_ids: dict[int, int]):
+                 edges: list, output_meta: list[TensorMeta], output_ids: dict[int, int],
+                 saved_outputs: dict | None = None):
         self.op = spec.name
         self.spec = spec
         self.backward_fn = backward_fn
@@ -53,9 +54,16 @@ class Node:
         self._freed = False
         self._retained = None               # output index -> tensor whose .grad to set (retain_grad)
         self._versions = _versions(saved)   # [(name, tensor, its version when saved)]
+        # saved name -> output index (or list of them): outputs are saved detached (no cycle
+        # output -> node -> output) and reattached to this node when create_graph needs them
+        self._saved_outputs = saved_outputs or {}
 
     def name(self) -> str:
         return f"{self.op}_backward"
+
+    def describe(self) -> str:
+        """What made this node, for error messages."""
+        return f"op {self.op!r}"
 
     @property
     def next_functions(self) -> tuple:
@@ -71,6 +79,25 @@ class Node:
 
     def output_index(self, tensor) -> int:
         return self._output_ids.get(id(tensor), 0)
+
+    def reattached_output(self, saved, index: int):
+        """A new tensor sharing ``saved``'s data whose grad_fn is this node's output ``index``:
+        what a formula reads as ``out`` when the backward itself is recorded."""
+        alias = saved.detach()
+        _mark(alias, self)
+        self._output_ids[id(alias)] = index
+        return alias
+
+    def apply_backward(self, grads: list, create_graph: bool, wanted: set | None = None) -> dict:
+        """The gradients of the inputs (edge name -> gradient) from those of the outputs; only
+        the inputs named in ``wanted`` when given."""
+        return _evaluate(self, grads, create_graph, wanted)
+
+    def release(self) -> None:
+        """Drop what backward needed (after a backward without retain_graph)."""
+        self.saved = {}
+        self._versions = []
+        self._freed = True
 
     def __repr__(self) -> str:
         return f"<{self.name()}>"
@@ -195,14 +222,21 @@ def _edge(value):
     return ("leaf", value)
 
 
-def _save(value, data: bool):
+def _save(value, data: bool, detach: bool):
+    """What a node keeps of an input or output: the tensor (an input keeps its place in the
+    graph, so a recorded backward can differentiate through it; an output is detached), or
+    only its TensorMeta when no formula reads its data."""
     if value is None:
         return None
     if isinstance(value, list):
-        return [_save(v, data) for v in value]
+        return [_save(v, data, detach) for v in value]
     if not rt.is_tensor(value):
         return value  # a Python number passed as an input
-    return value.detach() if data else TensorMeta.of(value)
+    if not data:
+        return TensorMeta.of(value)
+    if detach or getattr(value, "_wrapped_number", False):
+        return value.detach()  # a Python number the op wrapped is a constant: a plain 0-d tensor
+    return value
 
 
 def record(op: str, inputs: Sequence[Any], attrs: dict | None, outputs: Sequence[Any]) -> None:
@@ -216,7 +250,10 @@ def record(op: str, inputs: Sequence[Any], attrs: dict | None, outputs: Sequence
             f"cannot differentiate through it. Use the out-of-place op, or run it under oar.no_grad()")
     backward_fn = compiled_backward(op)
     if backward_fn is None:
-        return  # not differentiable: the outputs keep requires_grad False
+        spec = ops_schema().get(op)
+        if spec is None or op in PIECEWISE_CONSTANT or not _carries_gradient(inputs, outputs):
+            return  # not differentiable: the outputs keep requires_grad False
+        backward_fn = missing_backward(spec)
     spec = ops_schema()[op]
     bound = _bind(spec.inputs, inputs)
     edges = []
@@ -245,19 +282,33 @@ def record(op: str, inputs: Sequence[Any], attrs: dict | None, outputs: Sequence
     saved = {}
     for port in spec.inputs:
         if port.name in reads:
-            saved[port.name] = _save(bound[port.name], port.name in data_reads)
+            saved[port.name] = _save(bound[port.name], port.name in data_reads, detach=False)
     output_ports = _bind(spec.outputs, outputs)
+    output_indices = _bind(spec.outputs, range(len(outputs)))
+    saved_outputs = {}
     for port in spec.outputs:
         if port.name in reads:
-            saved[port.name] = _save(output_ports[port.name], port.name in data_reads)
+            saved[port.name] = _save(output_ports[port.name], port.name in data_reads, detach=True)
+            if port.name in data_reads:
+                saved_outputs[port.name] = output_indices[port.name]
     full_attrs = dict(spec.attr_defaults)
     if attrs:
         full_attrs.update(attrs)
     node = Node(spec, backward_fn, full_attrs, saved, edges,
                 [TensorMeta.of(o) if rt.is_tensor(o) else None for o in outputs],
-                {id(o): i for i, o in enumerate(outputs)})
+                {id(o): i for i, o in enumerate(outputs)}, saved_outputs)
     for o in float_outputs:
         _mark(o, node)
+
+
+# Ops without a backward formula whose derivative is zero wherever it exists.
+PIECEWISE_CONSTANT = frozenset({"sign"})
+
+
+def _carries_gradient(inputs, outputs) -> bool:
+    """A floating input that requires grad flows into a floating output."""
+    return (any(rt.is_tensor(v) and v.requires_grad and rt.is_floating(v.dtype) for v in _flatten(inputs))
+            and any(rt.is_tensor(o) and rt.is_floating(o.dtype) for o in outputs))
 
 
 def _mark(tensor, node: Node) -> None:
@@ -326,27 +377,42 @@ def _input_meta(target) -> TensorMeta | None:
     return target[1].output_meta[target[2]]
 
 
-def _evaluate(node: Node, grads: list) -> dict:
-    """Runs the formulas of the inputs that need a gradient; returns name -> gradient (list for a list input)."""
+def _evaluate(node: Node, grads: list, create_graph: bool = False, only: set | None = None) -> dict:
+    """Runs the formulas of the inputs that need a gradient; returns name -> gradient (list for a list input).
+    With ``create_graph`` the formulas' ops are recorded, and saved outputs rejoin the graph."""
     if node._freed:
-        raise RuntimeError(_FREED.format(what=f"op {node.op!r}"))
+        raise RuntimeError(_FREED.format(what=node.describe()))
     _check_versions(node)
     env = dict(_env())
     env.update(node.attrs)
     env.update(node.saved)
+    if create_graph:
+        for name, index in node._saved_outputs.items():
+            value = node.saved[name]
+            if isinstance(index, list):
+                env[name] = [node.reattached_output(v, i) for v, i in zip(value, index)]
+            else:
+                env[name] = node.reattached_output(value, index)
     # outputs without a gradient (a list output only partly used) get zeros
     filled = []
     for g, meta in zip(grads, node.output_meta):
         filled.append(g if g is not None or meta is None else helpers.zeros_like(meta))
     env["grads"] = filled
-    env["grad"] = filled[0] if filled else None
+    if not any(p.name == "grad" for p in node.spec.inputs):
+        # a backward op's own input ``grad`` keeps its name; its formulas read the incoming one as grads[0]
+        env["grad"] = filled[0] if filled else None
     wanted = {}
     for name, index, target in node.edges:
-        if target is not None:
+        if target is not None and (only is None or name in only):
             wanted.setdefault(name, True)
     results = {}
     for name in wanted:
         formula = node.backward_fn.formulas[name]
+        if formula.code is None:
+            raise RuntimeError(
+                f"op {node.op!r} has no backward formula in interface/ops.yaml, so the gradient that flows "
+                f"through it (input {name!r}) cannot be computed; it was recorded by a backward with "
+                f"create_graph=True, and differentiating that backward again needs {node.op!r}'s derivative")
         try:
             results[name] = eval(formula.code, env)
         except Exception as e:  # noqa: BLE001 - re-raised with the formula named
@@ -358,10 +424,12 @@ def _evaluate(node: Node, grads: list) -> dict:
 
 
 def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
-                 capture: Sequence[Any] | None = None, allow_unused: bool = False):
+                 capture: Sequence[Any] | None = None, allow_unused: bool = False, create_graph: bool = False):
     """Backward from (tensor, gradient) pairs. Without ``capture`` the gradients of
     leaves accumulate into their ``.grad``; with it, the gradients of the
-    ``capture`` tensors are returned instead and no ``.grad`` changes."""
+    ``capture`` tensors are returned instead and no ``.grad`` changes.
+    With ``create_graph`` the backward's own ops are recorded (grad mode stays on), so the
+    gradients it returns or stores can be differentiated again."""
     node_buffers: dict[tuple[int, int], Any] = {}
     leaf_buffers: dict[int, tuple[Any, Any]] = {}
     nodes: dict[int, Node] = {}
@@ -372,7 +440,7 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
             _accumulate_leaf(leaf_buffers, tensor, g)
             continue
         if fn._freed and not retain_graph:
-            raise RuntimeError(_FREED.format(what=f"op {fn.op!r}"))
+            raise RuntimeError(_FREED.format(what=fn.describe()))
         key = (id(fn), fn.output_index(tensor))
         _accumulate(node_buffers, key, g)
         nodes[id(fn)] = fn
@@ -383,7 +451,9 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
     if capture is not None:
         for i, t in enumerate(capture):
             if not rt.is_tensor(t) or not t.requires_grad:
-                raise RuntimeError(f"input {i} of autograd.grad does not require grad")
+                what = f"shape {list(t.shape)}" if rt.is_tensor(t) else f"a {type(t).__name__}"
+                raise RuntimeError(f"input {i} of autograd.grad ({what}) does not require grad: set "
+                                   f"requires_grad=True on it before the ops whose gradient you ask for")
             if t.grad_fn is None:
                 capture_leaves[id(t)] = i
             else:
@@ -399,7 +469,7 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
     while stack:
         n = stack.pop()
         if n._freed:
-            raise RuntimeError(_FREED.format(what=f"op {n.op!r}"))
+            raise RuntimeError(_FREED.format(what=n.describe()))
         for _, _, target in n.edges:
             if target is not None and target[0] == "node":
                 child = target[1]
@@ -411,10 +481,12 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
             elif target is not None:
                 leaf_dependencies[id(target[1])] = leaf_dependencies.get(id(target[1]), 0) + 1
 
+    useful = _leading_to(nodes, capture_nodes, capture_leaves) if capture is not None else None
+
     ready = [(-n._seq, id(n)) for n in {id(n): n for n in start}.values() if dependencies.get(id(n), 0) == 0]
     heapq.heapify(ready)
     previous_mode = is_grad_enabled()
-    _set_enabled(False)
+    _set_enabled(bool(create_graph))
     try:
         while ready:
             _, node_id = heapq.heappop(ready)
@@ -428,7 +500,16 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
                 slot = capture_nodes.get((node_id, i))
                 if slot is not None:
                     captured[slot] = g
-            results = _evaluate(node, grads) if any(g is not None for g in grads) else {}
+            if useful is None:
+                wanted = None
+            elif node_id in useful:
+                wanted = {name for name, _, target in node.edges if target is not None and (
+                    (target[0] == "node" and id(target[1]) in useful) or
+                    (target[0] == "leaf" and id(target[1]) in capture_leaves))}
+            else:
+                wanted = set()
+            live = any(g is not None for g in grads) and wanted != set()
+            results = node.apply_backward(grads, create_graph, wanted) if live else {}
             for name, index, target in node.edges:
                 if target is None:
                     continue
@@ -450,11 +531,9 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
                         _accumulate_leaf(leaf_buffers, leaf, g)
                     leaf_dependencies[id(leaf)] -= 1
                     if leaf_dependencies[id(leaf)] == 0 and capture is None and id(leaf) in leaf_buffers:
-                        _store_leaf_grad(*leaf_buffers.pop(id(leaf)))  # final: stored now, hooks told
+                        _store_leaf_grad(*leaf_buffers.pop(id(leaf)), create_graph)  # final: stored, hooks told
             if not retain_graph:
-                node.saved = {}
-                node._versions = []
-                node._freed = True
+                node.release()
         if capture is not None:
             for key, (leaf, g) in leaf_buffers.items():
                 slot = capture_leaves.get(key)
@@ -466,10 +545,25 @@ def run_backward(roots: Sequence[tuple[Any, Any]], retain_graph: bool = False,
                                        f"(pass allow_unused=True to get None for it)")
             return captured
         for leaf, g in leaf_buffers.values():
-            _store_leaf_grad(leaf, g)
+            _store_leaf_grad(leaf, g, create_graph)
         return None
     finally:
         _set_enabled(previous_mode)
+
+
+def _leading_to(nodes: dict, capture_nodes: dict, capture_leaves: dict) -> set[int]:
+    """The ids of the nodes from which a gradient reaches a captured tensor: only their formulas
+    run (autograd.grad w.r.t. x skips the parameters' gradients). A node's inputs were recorded
+    before it, so ascending sequence order sees every child before its parents."""
+    targets = {node_id for node_id, _ in capture_nodes}
+    useful: set[int] = set()
+    for node in sorted(nodes.values(), key=lambda n: n._seq):
+        if id(node) in targets or any(
+                target is not None and ((target[0] == "node" and id(target[1]) in useful) or
+                                        (target[0] == "leaf" and id(target[1]) in capture_leaves))
+                for _, _, target in node.edges):
+            useful.add(id(node))
+    return useful
 
 
 def _accumulate_leaf(buffers: dict, leaf, g) -> None:
@@ -477,9 +571,10 @@ def _accumulate_leaf(buffers: dict, leaf, g) -> None:
     buffers[id(leaf)] = (leaf, g if entry is None else _add(entry[1], g))
 
 
-def _store_leaf_grad(leaf, g) -> None:
+def _store_leaf_grad(leaf, g, create_graph: bool = False) -> None:
     """leaf.grad += g; a first gradient is copied so .grad never aliases another tensor. Then the
-    leaf's post-accumulate-grad hooks run (DistributedDataParallel starts reducing from them)."""
+    leaf's post-accumulate-grad hooks run (DistributedDataParallel starts reducing from them).
+    With ``create_graph`` the sum is out of place, so .grad keeps its graph."""
     if leaf.grad is None:
         leaf.grad = rt.op_function("copy")(g)
     else:
@@ -487,7 +582,10 @@ def _store_leaf_grad(leaf, g) -> None:
         if tuple(current.shape) != tuple(g.shape):
             raise RuntimeError(f"cannot accumulate a gradient of shape {list(g.shape)} into .grad of shape "
                                f"{list(current.shape)}")
-        current.add_(g)
+        if create_graph or current.requires_grad:
+            leaf.grad = _add(current, g)
+        else:
+            current.add_(g)
     for hook in list(getattr(leaf, "_post_accumulate_grad_hooks", {}).values()):
         hook(leaf)
 
@@ -523,8 +621,10 @@ def _root_pairs(tensors, grad_tensors) -> list[tuple[Any, Any]]:
                                f"oar.no_grad())")
         if g is None:
             if math.prod(t.shape) != 1:
-                raise RuntimeError(f"grad can be implicitly created only for scalar outputs; this tensor has "
-                                   f"shape {list(t.shape)}: pass a gradient of that shape")
+                made_by = f" (made by {t.grad_fn.describe()})" if isinstance(t.grad_fn, Node) else ""
+                raise RuntimeError(f"grad can be implicitly created only for scalar outputs; output {i}{made_by} "
+                                   f"has shape {list(t.shape)}: pass a gradient of that shape (grad_outputs= in "
+                                   f"autograd.grad, gradient= in backward)")
             g = helpers.ones_like(t)
         elif not rt.is_tensor(g):
             g = rt.full(list(t.shape), float(g), t.dtype, t.device)
@@ -564,32 +664,42 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None, creat
     ``grad_tensors``: the gradient of each tensor (None for a one-element tensor
     means 1). The graph is freed afterwards unless ``retain_graph``.
     ``inputs``: accumulate only into these leaves.
+    ``create_graph``: record the backward pass, so ``.grad`` can be differentiated again;
+    ``retain_graph`` then defaults to True.
     """
-    if create_graph:
-        raise NotImplementedError("create_graph=True (higher-order gradients) is not supported")
+    retain = bool(create_graph) if retain_graph is None else bool(retain_graph)
     pairs = _root_pairs(tensors, grad_tensors)
     if inputs is not None:
         inputs = [inputs] if rt.is_tensor(inputs) else list(inputs)
-        grads = run_backward(pairs, retain_graph=bool(retain_graph), capture=inputs, allow_unused=True)
-        for t, g in zip(inputs, grads):
-            if g is not None:
-                _store_leaf_grad(t, g)
+        grads = run_backward(pairs, retain_graph=retain, capture=inputs, allow_unused=True,
+                             create_graph=create_graph)
+        previous = is_grad_enabled()
+        _set_enabled(bool(create_graph))
+        try:
+            for t, g in zip(inputs, grads):
+                if g is not None:
+                    _store_leaf_grad(t, g, create_graph)
+        finally:
+            _set_enabled(previous)
         _run_post_backward_hooks()
         return
     compiler = _backward_compiler
-    if compiler is not None and compiler.wants(pairs):
-        compiler.run(pairs, bool(retain_graph))
+    if not create_graph and compiler is not None and compiler.wants(pairs):
+        compiler.run(pairs, retain)
     else:
-        run_backward(pairs, retain_graph=bool(retain_graph))
+        run_backward(pairs, retain_graph=retain, create_graph=create_graph)
     _run_post_backward_hooks()
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
          allow_unused: bool = False) -> tuple:
-    """The gradients of ``outputs`` with respect to ``inputs``, returned (``.grad`` is left alone)."""
-    if create_graph:
-        raise NotImplementedError("create_graph=True (higher-order gradients) is not supported")
+    """The gradients of ``outputs`` with respect to ``inputs``, returned (``.grad`` is left alone).
+
+    ``create_graph``: record the backward pass itself, so the returned gradients can be
+    differentiated again (to any order); ``retain_graph`` then defaults to True."""
+    retain = bool(create_graph) if retain_graph is None else bool(retain_graph)
     single = rt.is_tensor(inputs)
     inputs = [inputs] if single else list(inputs)
     pairs = _root_pairs(outputs, grad_outputs)
-    return tuple(run_backward(pairs, retain_graph=bool(retain_graph), capture=inputs, allow_unused=allow_unused))
+    return tuple(run_backward(pairs, retain_graph=retain, capture=inputs, allow_unused=allow_unused,
+                              create_graph=create_graph))

@@ -8,6 +8,11 @@ backward helper. A mistake in ops.yaml therefore fails on the first backward
 through that op with a message naming the op, the input and the expression,
 never as a wrong gradient.
 
+In a formula, ``grad`` is the gradient flowing into the op's output and ``grads`` the list of
+them, one per output; an op that itself has an input named ``grad`` (a fused ``*_backward`` op,
+differentiated for higher-order gradients) keeps that name for its input and reads the incoming
+gradient as ``grads[0]``.
+
 One rewrite happens at compile time: a name in call position (``f(...)``)
 always means the op or helper ``f``, any other name means the value in scope.
 ops.yaml needs both readings: reshape's attr ``shape`` sits beside the helper
@@ -24,12 +29,13 @@ from typing import Any
 
 from oar.autograd.schema import OpSpec, ops_schema
 
-__all__ = ["CompiledBackward", "compiled_backward", "FN_PREFIX", "HELPER_NAMES", "BackwardFormulaError"]
+__all__ = ["CompiledBackward", "compiled_backward", "missing_backward", "FN_PREFIX", "HELPER_NAMES",
+           "BackwardFormulaError"]
 
 FN_PREFIX = "_fn_"
 HELPER_NAMES = frozenset({
     "unreduce", "count", "shape", "ndim", "inverse_permutation", "sum_leading",
-    "slice_backward", "zeros_like", "ones_like",
+    "slice_backward", "zeros_like", "ones_like", "max_pool2d_jvp",
 })
 # Arguments that only need a tensor's metadata (shape, dtype, device): an input read
 # only in such places is saved for backward as a TensorMeta, not kept alive.
@@ -48,7 +54,7 @@ class BackwardFormulaError(RuntimeError):
 class InputFormula:
     input: str            # the input's name in ops.yaml
     source: str           # the expression as written
-    code: Any             # its code object
+    code: Any             # its code object (None: the op has no formula, see missing_backward)
     names: frozenset      # the value names it reads
     data_names: frozenset  # those it reads beyond their metadata
 
@@ -150,6 +156,14 @@ def compile_backward(spec: OpSpec, op_names) -> CompiledBackward | None:
     output_names = {p.name for p in spec.outputs}
     data = frozenset().union(*(f.data_names for f in formulas.values()))
     return CompiledBackward(spec.name, formulas, bool(read & output_names), read & input_names, data & input_names)
+
+
+def missing_backward(spec: OpSpec) -> CompiledBackward:
+    """The stand-in backward of an op without a formula whose output carries a gradient
+    (a ``*_backward`` op recorded by a backward with create_graph): evaluating it is an error
+    that names the op, never a silent zero."""
+    formulas = {p.name: InputFormula(p.name, "", None, frozenset(), frozenset()) for p in spec.inputs}
+    return CompiledBackward(spec.name, formulas, False, frozenset(), frozenset())
 
 
 _lock = threading.Lock()

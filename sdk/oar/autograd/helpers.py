@@ -15,7 +15,7 @@ from oar.autograd import _runtime as rt
 
 __all__ = [
     "TensorMeta", "unreduce", "count", "shape", "ndim", "inverse_permutation", "sum_leading",
-    "slice_backward", "zeros_like", "ones_like", "reduced_dims", "sum_to_shape", "HELPERS",
+    "slice_backward", "zeros_like", "ones_like", "reduced_dims", "sum_to_shape", "max_pool2d_jvp", "HELPERS",
 ]
 
 
@@ -123,10 +123,49 @@ def ones_like(x):
 
 def slice_backward(g, x, dim, start, stop, step=1):
     """Zeros shaped like x with g written into x[start:stop:step] along dim."""
+    if g.requires_grad and _grad_enabled():
+        return _slice_backward_recorded(g, x, dim, start, stop, step)
     out = zeros_like(x)
     index = (slice(None),) * (int(dim) % max(ndim(x), 1)) + (slice(start, stop, step),)
     out[index] = g
     return out
+
+
+def _grad_enabled() -> bool:
+    from oar.autograd.grad_mode import is_grad_enabled
+    return is_grad_enabled()
+
+
+def _slice_backward_recorded(g, x, dim, start, stop, step):
+    """slice_backward out of recordable ops (no in-place write), for a backward with create_graph:
+    g's rows spread ``step`` apart with zeros between them, then zero padding on both sides."""
+    sizes = shape(x)
+    dim = int(dim) % max(len(sizes), 1)
+    first, _, step = slice(start, stop, step).indices(sizes[dim])
+    count_ = shape(g)[dim]
+    if count_ == 0:
+        return zeros_like(x)
+
+    def zeros(n):
+        zshape = list(shape(g))
+        zshape[dim] = n
+        return rt.full(zshape, 0, g.dtype, g.device)
+
+    spread = g
+    if step > 1:
+        inner = list(shape(g))
+        inner.insert(dim + 1, 1)
+        column = _op("reshape")(g, shape=inner)
+        gap_shape = list(inner)
+        gap_shape[dim + 1] = step - 1
+        rows = _op("concat")([column, rt.full(gap_shape, 0, g.dtype, g.device)], dim=dim + 1)
+        flat = list(shape(g))
+        flat[dim] = count_ * step
+        spread = _op("reshape")(rows, shape=flat)
+        spread = _op("slice")(spread, dim=dim, start=0, stop=(count_ - 1) * step + 1, step=1)
+    after = sizes[dim] - first - shape(spread)[dim]
+    parts = ([zeros(first)] if first else []) + [spread] + ([zeros(after)] if after else [])
+    return parts[0] if len(parts) == 1 else _op("concat")(parts, dim=dim)
 
 
 def sum_to_shape(g, target: Sequence[int]):
@@ -149,8 +188,47 @@ def sum_to_shape(g, target: Sequence[int]):
     raise RuntimeError(f"gradient of shape {have} does not fit an input of shape {target}")
 
 
+def max_pool2d_jvp(v, x, kernel_size, stride=None, padding=(0, 0)):
+    """The forward derivative of max_pool2d at x in the direction v (both NCHW): v at the first
+    maximum of each window, as max_pool2d_backward routes gradients. Built from slices, so it
+    is differentiable (the derivative of max_pool2d_backward with respect to its grad)."""
+    kh, kw = (int(k) for k in kernel_size)
+    sh, sw = (int(s) for s in (stride or kernel_size))
+    ph, pw = (int(p) for p in padding)
+    y = _op("max_pool2d")(x, kernel_size=[kh, kw], stride=[sh, sw], padding=[ph, pw])
+    oh, ow = shape(y)[2], shape(y)[3]
+
+    def pad(t, value):
+        n, c, h, w = shape(t)
+        if ph:
+            rows = rt.full([n, c, ph, w], value, t.dtype, t.device)
+            t = _op("concat")([rows, t, rows], dim=2)
+        if pw:
+            cols = rt.full([n, c, h + 2 * ph, pw], value, t.dtype, t.device)
+            t = _op("concat")([cols, t, cols], dim=3)
+        return t
+
+    xp, vp = pad(x, -math.inf), pad(v, 0.0)
+    window = _op("slice")
+    result = found = None
+    for i in range(kh):          # row-major over the window: the first maximum wins
+        for j in range(kw):
+            def at(t):
+                t = window(t, dim=2, start=i, stop=i + sh * (oh - 1) + 1, step=sh)
+                return window(t, dim=3, start=j, stop=j + sw * (ow - 1) + 1, step=sw)
+            hit = _op("eq")(at(xp), y)
+            if found is None:
+                result, found = _op("where")(hit, at(vp), 0.0), hit
+                continue
+            take = _op("logical_and")(hit, _op("logical_not")(found))
+            result = _op("where")(take, at(vp), result)
+            found = _op("logical_or")(found, hit)
+    return result
+
+
 HELPERS = {
     "unreduce": unreduce, "count": count, "shape": shape, "ndim": ndim,
     "inverse_permutation": inverse_permutation, "sum_leading": sum_leading,
     "slice_backward": slice_backward, "zeros_like": zeros_like, "ones_like": ones_like,
+    "max_pool2d_jvp": max_pool2d_jvp,
 }

@@ -2,7 +2,8 @@
 
 from oar.optim import lr_scheduler
 from oar.optim.adamw import Adam, AdamW
+from oar.optim.lbfgs import LBFGS
 from oar.optim.optimizer import Optimizer, OptimizerStateError
 from oar.optim.sgd import SGD
 
-__all__ = ["Adam", "AdamW", "Optimizer", "OptimizerStateError", "SGD", "lr_scheduler"]
+__all__ = ["Adam", "AdamW", "LBFGS", "Optimizer", "OptimizerStateError", "SGD", "lr_scheduler"]
