@@ -1,15 +1,16 @@
-/* An event completes early: event_query and event_synchronize report it done as soon as it is recorded,
- * whether or not the work before it in its stream has run. The early event of issue 20. */
+/* An event completes early: event_query and event_synchronize report a recorded event done while the
+ * work before it in its stream is still queued (handles are still checked). The early event of
+ * issue 20. */
 #include "shim.h"
 
 static oar_status early_event_synchronize(oar_event event) {
-  (void)event;
-  return OAR_SUCCESS;
+  oar_status status = inner->event_query(event);
+  return status == OAR_ERROR_NOT_READY ? OAR_SUCCESS : inner->event_synchronize(event);
 }
 
 static oar_status early_event_query(oar_event event) {
-  (void)event;
-  return OAR_SUCCESS;
+  oar_status status = inner->event_query(event);
+  return status == OAR_ERROR_NOT_READY ? OAR_SUCCESS : status;
 }
 
 static void shim_customize(oar_device_table* table) {
