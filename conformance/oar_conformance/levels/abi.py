@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from oar.vendor import abi as oar_abi
+from oar_conformance.levels.host_guard import GUARD_BYTES
 from oar_conformance.levels.raw_session import (
     STATUS_NAMES,
     RawContext,
@@ -1036,7 +1037,13 @@ def mem_set_async_basic(ctx: RawContext):
 def host_memory_basic(ctx: RawContext):
     """host_alloc memory is host-readable and -writable and serves async copies both ways."""
     size = 1 << 20
-    source, destination = ctx.host_alloc(size), ctx.host_alloc(size)
+    guard = GUARD_BYTES  # the copies use the middle of each allocation; the ends must keep their pattern
+    source_block, destination_block = ctx.host_alloc(size + 2 * guard), ctx.host_alloc(size + 2 * guard)
+    fence = ctx.pattern(guard, 7)
+    for block in (source_block, destination_block):
+        ffi.memmove(block, ffi.from_buffer(fence), guard)
+        ffi.memmove(ctx.offset(block, guard + size), ffi.from_buffer(fence), guard)
+    source, destination = ctx.offset(source_block, guard), ctx.offset(destination_block, guard)
     data = ctx.pattern(size, 6)
     ffi.memmove(source, ffi.from_buffer(data), size)
     pointer = ctx.alloc(size)
@@ -1045,6 +1052,15 @@ def host_memory_basic(ctx: RawContext):
     ctx.ok(ctx.call("memcpy_d2h_async", stream, destination, pointer, size), "memcpy_d2h_async to host_alloc memory")
     ctx.ok(ctx.call("stream_synchronize", stream), "stream_synchronize")
     ctx.same_bytes(np.frombuffer(ffi.buffer(destination, size), np.uint8), data, "a round trip through pinned memory")
+    for entry, block in (("memcpy_h2d_async", source_block), ("memcpy_d2h_async", destination_block)):
+        after = np.frombuffer(ffi.buffer(ctx.offset(block, guard + size), guard), np.uint8)
+        before = np.frombuffer(ffi.buffer(block, guard), np.uint8)
+        past = np.flatnonzero(after != fence)
+        ctx.check(not past.size, f"plugin wrote {int(past[-1]) + 1 if past.size else 0} bytes past the end of the "
+                                 f"host buffer of {entry} (size {size}, in host_alloc memory)")
+        ctx.check(np.array_equal(before, fence), f"plugin wrote before the start of the host buffer of {entry} "
+                                                 f"(size {size}, in host_alloc memory)")
+    source, destination = source_block, destination_block  # host_free takes what host_alloc returned
     ctx.host_free(source)
     ctx.host_free(destination)
 
@@ -1299,23 +1315,32 @@ def stream_synchronize_waits(ctx: RawContext):
 
 @test("abi.stream.callback.order", requires=("stream_add_callback",))
 def stream_callback_order(ctx: RawContext):
-    """Callbacks run in order, off the calling thread, with SUCCESS, and later work waits for them."""
+    """Callbacks run in order, off the calling thread, with SUCCESS and their own user data (a guarded host
+    buffer the plugin must pass through untouched), and later work waits for them."""
     stream = ctx.stream()
     seen: list[tuple[int, int, int]] = []
+    user_data = [ctx.host_buffer(16) for _ in range(20)]
+    addresses = [int(ffi.cast("uintptr_t", ctx.host(data))) for data in user_data]
+    received: dict[int, int] = {}
     lock = threading.Lock()
 
     def make(index):
-        def callback(_stream, status, _user_data):
+        def callback(_stream, status, data):
             if index == 0:
                 time.sleep(0.03)
             with lock:
                 seen.append((index, int(status), threading.get_ident()))
+                received[index] = int(ffi.cast("uintptr_t", data))
         return ctx.keep(ffi.callback("oar_stream_callback", callback))
 
     for index in range(20):
-        ctx.ok(ctx.call("stream_add_callback", stream, make(index), NULL), "stream_add_callback")
+        ctx.ok(ctx.call("stream_add_callback", stream, make(index), ctx.host(user_data[index])), "stream_add_callback")
     ctx.ok(ctx.call("stream_synchronize", stream), "stream_synchronize")
     ctx.check([i for i, _, _ in seen] == list(range(20)), f"callbacks ran in the order {[i for i, _, _ in seen]}")
+    for index in range(20):
+        ctx.check(received.get(index) == addresses[index], f"callback {index} got user data "
+                  f"0x{received.get(index, 0):x}, not the 0x{addresses[index]:x} passed to stream_add_callback")
+    ctx.check(not any(data.any() for data in user_data), "the plugin wrote into a callback's user data")
     ctx.check(all(status == SUCCESS for _, status, _ in seen), "a callback after successful work got a failure status")
     ctx.check(all(thread != threading.get_ident() for _, _, thread in seen),
               "a callback ran on the thread that enqueued it (it must run on a plugin thread)")
