@@ -44,6 +44,19 @@ def test_a_guard_names_the_entry_the_size_and_how_far_it_was_overrun():
                                                 "memcpy_d2h_async (size 8)")
 
 
+def test_the_entry_a_buffer_was_handed_to_is_named_when_the_damage_shows_later():
+    from oar.vendor.abi import ffi
+
+    guards = HostGuards()
+    buffer = guards.new(8)
+    pointer = ffi.from_buffer(buffer.view)
+    guards.note_call("memcpy_d2h_async", (ffi.NULL, pointer, ffi.NULL, 8), ffi)
+    guards.note_call("memcpy_h2d", (ffi.NULL, pointer, 8), ffi)  # the first entry it went to is kept
+    buffer.backing[GUARD_BYTES + 8] ^= 0x10
+    assert guards.check("stream_synchronize") == ("plugin wrote 1 byte past the end of the host buffer of "
+                                                  "memcpy_d2h_async (size 8); found after stream_synchronize")
+
+
 def test_writes_inside_the_buffer_leave_the_guards_alone():
     guards = HostGuards()
     buffer = guards.new(32)

@@ -20,6 +20,10 @@ GUARD_BYTES = 64
 _PATTERN = ((np.arange(GUARD_BYTES, dtype=np.uint32) * 151 + 0x3D) & 0xFF).astype(np.uint8)
 
 
+def _bytes(count: int) -> str:
+    return f"{count} byte" if count == 1 else f"{count} bytes"
+
+
 class GuardedBuffer:
     """``size`` usable bytes (``view``) between two guard areas of one numpy allocation."""
 
@@ -43,9 +47,9 @@ class GuardedBuffer:
         after = np.flatnonzero(self.backing[GUARD_BYTES + self.size:] != _PATTERN)
         parts = []
         if after.size:
-            parts.append(f"{int(after[-1]) + 1} bytes past the end")
+            parts.append(f"{_bytes(int(after[-1]) + 1)} past the end")
         if before.size:
-            parts.append(f"{GUARD_BYTES - int(before[0])} bytes before the start")
+            parts.append(f"{_bytes(GUARD_BYTES - int(before[0]))} before the start")
         return " and ".join(parts) or None
 
 
@@ -72,7 +76,7 @@ class HostGuards:
             return
         addresses = set()
         for arg in args:
-            if isinstance(arg, ffi.CData) and ffi.typeof(arg).kind == "pointer":
+            if isinstance(arg, ffi.CData) and ffi.typeof(arg).kind in ("pointer", "array"):
                 addresses.add(int(ffi.cast("uintptr_t", arg)))
         for buffer in self._buffers:
             if buffer.entry is None and any(buffer.address <= a < buffer.address + max(buffer.size, 1)
