@@ -7,6 +7,7 @@ where the loss curve stays within its tolerance; curves land in the JSON and HTM
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -117,4 +118,15 @@ def test_wrong_and_inaccurate_kernels_fail_the_models_that_use_them(tmp_path):
     assert len(curves["models.mlp_digits.loss"]["loss"]) == len(curves["models.mlp_digits.loss"]["golden"]) == 100
     text = html.read_text()
     assert 'id="loss-curves"' in text and text.count("<svg") == 3 and text.count("<polyline") == 6
+    # per model, the ops that ran on the device and those that fell back; sum is the quirky plugin's fallback
+    coverage = {row["model"]: row for row in document["extras"]["models"]["ops"]}
+    assert coverage["mlp_digits"]["fallback_ops"] == ["sum"] and "matmul" in coverage["mlp_digits"]["device_ops"]
+    assert "sum" not in coverage["mlp_digits"]["device_ops"]
+    assert "implement these 1 op and the mlp_digits runs without fallback: sum" in text
+    # failures first: the models level's table starts with the failing tests
+    level = text[text.index('id="level-models"'):]
+    rows = re.findall(r'<td class="id">(models\.[^<]+)</td>\s*<td class="(\w+)">', level)
+    statuses = [status for _, status in rows]
+    assert statuses == sorted(statuses, key=lambda s: ("error", "fail", "fallback", "skip", "pass").index(s))
+    assert statuses[0] == "fail"
     validate(document, results_schema())

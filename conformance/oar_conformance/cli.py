@@ -84,12 +84,12 @@ def main() -> None:
     """Oar's conformance suite: is a device plugin ready?"""
 
 
-def _plugin_environment(device: str, plugin: str | None, timeout: float) -> dict:
+def _plugin_environment(device: str, plugin: str | None, timeout: float, sanitize: str | None = None) -> dict:
     from oar_conformance.probe import run_probe
 
     timeout = max(timeout, 10.0)  # a plugin that hangs while loading costs the probe what it costs a test
     if plugin is None:
-        found = run_probe("resolve", device, timeout=timeout)
+        found = run_probe("resolve", device, timeout=timeout, sanitize=sanitize)
         if "path" not in found:
             detail = found.get("error", "no plugin found")
             if found.get("loaded"):
@@ -100,7 +100,7 @@ def _plugin_environment(device: str, plugin: str | None, timeout: float) -> dict
                 detail += "\n" + found["log_tail"]
             raise HarnessError(f"{detail} (name the library with --plugin PATH)")
         plugin = found["path"]
-    info = run_probe("describe", os.path.abspath(plugin), timeout=timeout)
+    info = run_probe("describe", os.path.abspath(plugin), timeout=timeout, sanitize=sanitize)
     if info.get("fatal"):
         raise HarnessError(info["error"])
     if "device_type" in info and info["device_type"] != device:
@@ -134,9 +134,12 @@ def _plugin_environment(device: str, plugin: str | None, timeout: float) -> dict
                    "abi.sticky.* tests; default: the reference plugin's _refcpu_fault.")
 @click.option("--nranks", type=click.IntRange(2, 64), default=2, show_default=True,
               help="Ranks of the collectives level's communicators (processes the suite starts itself).")
+@click.option("--sanitize", type=click.Choice(["address"]), default=None,
+              help="Run the workers with the AddressSanitizer runtime preloaded (for plugins built with it); "
+                   "reports and the plugin's leaks fail the tests they belong to.")
 @click.option("--progress/--no-progress", default=None, help="Live progress display (default: on a terminal).")
 def run(device, plugin, level_text, quick, pattern, jobs, timeout, expected_path, junit_path, json_path, html_path,
-        fault_ops, nranks, progress):
+        fault_ops, nranks, sanitize, progress):
     """Run the suite against the plugin of DEVICE."""
     from oar_conformance.reports import console as console_report
     from oar_conformance.runner import run_tests
@@ -157,13 +160,19 @@ def run(device, plugin, level_text, quick, pattern, jobs, timeout, expected_path
             expected = expected_file.load(expected_path)
         except expected_file.ExpectedFileError as error:
             raise HarnessError(str(error)) from error
-    plugin_info = _plugin_environment(device, plugin, timeout)
+    if sanitize:
+        from oar_conformance import sanitizer
+        try:
+            sanitizer.runtime_library(sanitize)
+        except sanitizer.SanitizerError as error:
+            raise HarnessError(str(error)) from error
+    plugin_info = _plugin_environment(device, plugin, timeout, sanitize)
     options = {"device": device, "plugin": plugin_info["path"], "levels": level_names, "quick": quick,
                "filter": pattern, "jobs": jobs, "timeout_s": timeout, "expected": expected_path,
-               "fault_ops": list(fault_ops), "nranks": nranks}
+               "fault_ops": list(fault_ops), "nranks": nranks, "sanitize": sanitize}
     console_report.print_environment(console, plugin_info, options)
     config = {"plugin": plugin_info["path"], "device_type": device, "fault_ops": list(fault_ops), "nranks": nranks,
-              "timeout_s": timeout}
+              "timeout_s": timeout, "sanitize": sanitize}
     registered = {name: len(REGISTRY.tests(name)) for name in level_names}
     started_at, started = results.utc_now(), time.monotonic()
     display = console_report.ProgressDisplay(console, tests, enabled=console.is_terminal if progress is None else progress)
@@ -230,6 +239,28 @@ def expect(results_json, output):
     except (OSError, ValueError) as error:
         raise HarnessError(str(error)) from error
     text = expected_file.dump(expected_file.from_results(document), source=os.path.basename(results_json))
+    if output:
+        with open(output, "w", encoding="utf-8") as file:
+            file.write(text)
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command()
+@click.argument("test_id")
+@click.option("--device", required=True, help="Device type the script runs on.")
+@click.option("--plugin", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="The plugin library the script loads; default: the one the runtime serves DEVICE with.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write here instead of stdout.")
+def repro(test_id, device, plugin, output):
+    """Print a standalone Python script that reproduces one ops-level test (exit 1 while it fails)."""
+    from oar_conformance.repro import script
+
+    path = os.path.abspath(plugin) if plugin else _plugin_environment(device, None, 10.0)["path"]
+    try:
+        text = script(test_id, path, device)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="TEST_ID") from error
     if output:
         with open(output, "w", encoding="utf-8") as file:
             file.write(text)

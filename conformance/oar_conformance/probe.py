@@ -120,11 +120,16 @@ def resolve(device_type: str) -> dict:
             "failed": [f"{r.path}: {r.error}" for r in records if r.status != plugin_manager.LOADED]}
 
 
-def run_probe(*args: str, timeout: float = PROBE_TIMEOUT_S) -> dict:
-    """Run this module in a child process; its JSON answer, or {"error": ...} if it crashed or hung."""
+def run_probe(*args: str, timeout: float = PROBE_TIMEOUT_S, sanitize: str | None = None) -> dict:
+    """Run this module in a child process; its JSON answer, or {"error": ...} if it crashed or hung.
+    With sanitize, the sanitizer runtime is preloaded (a plugin built with it loads only so)."""
+    from oar_conformance import sanitizer
     from oar_conformance.runner import signal_name, worker_environment
 
     env = worker_environment({})
+    if sanitize:
+        env = sanitizer.environment(env, sanitizer.runtime_library(sanitize), None)
+        env["ASAN_OPTIONS"] = env["ASAN_OPTIONS"].replace("detect_leaks=1", "detect_leaks=0")
     try:
         done = subprocess.run([sys.executable, "-m", "oar_conformance.probe", *args], capture_output=True,
                               env=env, timeout=timeout)

@@ -27,7 +27,7 @@ import time
 from typing import Iterable
 
 import oar_conformance
-from oar_conformance import levels
+from oar_conformance import levels, sanitizer
 from oar_conformance.registry import ERROR, FAIL, TestCase
 from oar_conformance.worker import CONFIG_ENV
 
@@ -61,10 +61,15 @@ def signal_name(number: int) -> str:
 class _Worker:
     serial = 0
 
-    def __init__(self, kind: str, env: dict, log_dir: str):
+    def __init__(self, kind: str, env: dict, log_dir: str, sanitizer_library: str | None = None):
         _Worker.serial += 1
         self.kind = kind
         self.log_path = os.path.join(log_dir, f"worker-{_Worker.serial}.log")
+        self.sanitizer_prefix = None
+        if sanitizer_library:  # each worker's reports in files of its own, never cut off or interleaved
+            self.sanitizer_prefix = sanitizer.report_path(log_dir, _Worker.serial)
+            env = sanitizer.environment(env, sanitizer_library, self.sanitizer_prefix)
+        self.tests_run: list[str] = []
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "oar_conformance.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -83,6 +88,7 @@ class _Worker:
 
     def assign(self, test: TestCase) -> bool:
         self.test, self.used, self.test_started = test, True, False
+        self.tests_run.append(test.id)
         self.assigned_at = time.monotonic()
         try:
             self.process.stdin.write((json.dumps({"op": "run", "id": test.id}) + "\n").encode())
@@ -145,6 +151,9 @@ class _Worker:
                 text = text[position + len(marker):]
         return text[-LOG_TAIL_CHARS:]
 
+    def sanitizer_report(self) -> str:
+        return sanitizer.read_reports(self.sanitizer_prefix) if self.sanitizer_prefix else ""
+
     def close_pipes(self) -> None:
         for stream in (self.process.stdin, self.process.stdout):
             try:
@@ -171,6 +180,7 @@ def run_tests(tests: Iterable[TestCase], config: dict, *, jobs: int = 1, timeout
     observer = observer or Observer()
     jobs = max(1, int(jobs))
     env = worker_environment(config)
+    sanitizer_library = sanitizer.runtime_library(config["sanitize"]) if config.get("sanitize") else None
     kinds = {name: levels.load(name).SESSION_KIND for name in {test.level for test in tests}}
     pending = collections.deque(tests)
     results: dict[str, dict] = {}
@@ -205,6 +215,28 @@ def run_tests(tests: Iterable[TestCase], config: dict, *, jobs: int = 1, timeout
             record(other, {"status": FAIL, "message": message, "duration_s": 0.0, "details": {"not_run": True}})
         observer.warning(message)
 
+    def attribute_leaks(worker: _Worker) -> None:
+        """The leak check a worker ran at its orderly exit: its plugin leaks fail the tests it ran."""
+        if not worker.sanitizer_prefix or worker.process.returncode != 0:
+            return
+        leaks = sanitizer.plugin_leaks(worker.sanitizer_report(), config["plugin"])
+        if not leaks:
+            return
+        total = sum(leak["bytes"] for leak in leaks)
+        objects = sum(leak["objects"] for leak in leaks)
+        frames = "\n".join("  " + frame for frame in leaks[0]["frames"][:sanitizer.HEAD_FRAMES])
+        ran = [test_id for test_id in worker.tests_run if test_id in results]
+        message = (f"leak: LeakSanitizer found {total} bytes in {objects} objects allocated by the plugin and never "
+                   f"freed, at the exit of the worker that ran {len(ran)} test(s) ({', '.join(ran[:5])}"
+                   f"{', ...' if len(ran) > 5 else ''}); the first allocation:\n{frames}")
+        for test_id in ran:
+            result = results[test_id]
+            if result["status"] in (FAIL, ERROR):
+                continue
+            results[test_id] = {**result, "status": FAIL, "message": message,
+                                "details": {**result.get("details", {}), "leaks": leaks[:20]}}
+        observer.warning(message.split("\n", 1)[0])
+
     def drop(index: int, *, kill: bool) -> None:
         worker = slots[index]
         slots[index] = None
@@ -236,7 +268,12 @@ def run_tests(tests: Iterable[TestCase], config: dict, *, jobs: int = 1, timeout
             details = {"worker_exit": code, "log_tail": worker.log_tail(test.id if worker.test_started else None)}
             if code is not None and code < 0:
                 details["signal"] = signal_name(-code)
-            record(test, {"status": FAIL, "message": f"crashed: the worker {how} {when}",
+            message = f"crashed: the worker {how} {when}"
+            head = sanitizer.report_head(worker.sanitizer_report())
+            if head:
+                message += "\n" + head
+                details["sanitizer_report"] = worker.sanitizer_report()[-LOG_TAIL_CHARS:]
+            record(test, {"status": FAIL, "message": message,
                           "duration_s": round(time.monotonic() - worker.assigned_at, 6), "details": details})
         else:
             observer.warning(f"a worker exited (status {code}) while idle, after test {worker.last_test}")
@@ -256,13 +293,16 @@ def run_tests(tests: Iterable[TestCase], config: dict, *, jobs: int = 1, timeout
                     drop(index, kill=False)
                     worker = None
                 if worker is None:
-                    worker = slots[index] = _Worker(kind, env, log_dir)
+                    worker = slots[index] = _Worker(kind, env, log_dir, sanitizer_library)
                     selector.register(worker.process.stdout, selectors.EVENT_READ, index)
                 pending.popleft()
                 observer.started(test)
                 worker.assign(test)
 
-            retiring[:] = [w for w in retiring if w.process.poll() is None or w.close_pipes()]
+            for worker in [w for w in retiring if w.process.poll() is not None]:
+                retiring.remove(worker)
+                worker.close_pipes()
+                attribute_leaks(worker)
             now = time.monotonic()
             deadlines = [w.assigned_at + timeout - now for w in slots if w is not None and w.busy]
             wait = max(0.0, min(deadlines + [0.25]))
@@ -311,6 +351,7 @@ def run_tests(tests: Iterable[TestCase], config: dict, *, jobs: int = 1, timeout
             except subprocess.TimeoutExpired:
                 worker.kill()
             worker.close_pipes()
+            attribute_leaks(worker)
         selector.close()
         if own_log_dir:
             for name in os.listdir(log_dir):

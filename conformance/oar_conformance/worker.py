@@ -72,6 +72,10 @@ def run_test(sessions: dict, config: dict, test_id: str) -> dict:
                 context.close()
             except Exception:  # noqa: BLE001 -- a failing cleanup must not hide the test's own outcome
                 pass
+        late_failure = getattr(context, "late_failure", None)  # e.g. a host overrun seen once streams drained
+        if late_failure:
+            from oar_conformance.registry import Failure
+            raise Failure(late_failure)
     except BaseException as error:  # noqa: BLE001 -- every outcome becomes a result
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             raise
@@ -113,6 +117,9 @@ def main() -> int:
         if test_id in REGISTRY and REGISTRY.get(test_id).isolated:
             break
     protocol.flush()
+    if config.get("sanitize"):  # the runner reads this worker's leak report; os._exit skips LSan's own check
+        from oar_conformance.sanitizer import leak_check
+        leak_check()
     # No finalize, no interpreter teardown: the plugin's threads may still be parked in it.
     os._exit(0)
 

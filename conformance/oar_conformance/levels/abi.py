@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from oar.vendor import abi as oar_abi
+from oar_conformance.levels.host_guard import GUARD_BYTES
 from oar_conformance.levels.raw_session import (
     STATUS_NAMES,
     RawContext,
@@ -422,7 +423,7 @@ def lifecycle_finalize_with_live_handles(ctx: RawContext):
     ctx.ok(plugin.call("stream_create", 0, 0, 0, stream), "stream_create")
     ctx.ok(plugin.call("event_create", 0, 0, event), "event_create")
     data = ctx.pattern(1 << 20)
-    back = np.zeros_like(data)
+    back = ctx.host_buffer(data.nbytes).view(data.dtype)
     ctx.ok(plugin.call("memcpy_h2d_async", stream[0], pointer[0], ctx.host(data), data.nbytes), "memcpy_h2d_async")
     ctx.ok(plugin.call("memcpy_d2h_async", stream[0], ctx.host(back), pointer[0], back.nbytes), "memcpy_d2h_async")
     ctx.ok(plugin.call("event_record", event[0], stream[0]), "event_record")
@@ -520,7 +521,7 @@ def device_synchronize_streams(ctx: RawContext):
     pointer = ctx.alloc(size)
     ctx.upload(pointer, data)
     first, second = ctx.stream(), ctx.stream()
-    outs = [np.zeros(size // 2, np.uint8), np.zeros(size // 2, np.uint8)]
+    outs = [ctx.host_buffer(size // 2), ctx.host_buffer(size // 2)]
     for index, (stream, out) in enumerate(zip((first, second), outs)):
         ctx.ok(ctx.call("memcpy_d2h_async", stream, ctx.host(out), ctx.offset(pointer, index * size // 2), size // 2),
                "memcpy_d2h_async")
@@ -535,7 +536,7 @@ def device_synchronize_delayed(ctx: RawContext):
     """device_synchronize waits for work queued behind slow callbacks on two streams."""
     pointer = ctx.alloc(8)
     ctx.upload(pointer, np.arange(8, dtype=np.uint8) + 1)
-    flags = np.zeros(8, np.uint8)
+    flags = ctx.host_buffer(8)
     for index, delay in enumerate((30, 45)):
         stream = ctx.stream()
         ctx.delay(stream, delay)
@@ -793,7 +794,7 @@ def mem_free_interior(ctx: RawContext):
 @test("abi.memory.mem_free.foreign_pointer")
 def mem_free_foreign(ctx: RawContext):
     """mem_free of host memory or a made-up address is OAR_ERROR_INVALID_HANDLE."""
-    host = ctx.host(np.zeros(64, np.uint8))
+    host = ctx.host(ctx.host_buffer(64))
     ctx.expect(ctx.call("mem_free", 0, host), INVALID_HANDLE, "mem_free(a host pointer)")
     for value in (0x10, 0xDEAD0000, SIZE_MAX & ~0xFF):
         ctx.expect(ctx.call("mem_free", 0, ffi.cast("void*", value)), INVALID_HANDLE, f"mem_free(0x{value:x})")
@@ -825,7 +826,7 @@ def memory_use_after_free(ctx: RawContext):
     """Copies and memsets on freed memory are OAR_ERROR_INVALID_HANDLE."""
     pointer, other = ctx.alloc(4096), ctx.alloc(4096)
     ctx.free(pointer)
-    host = ctx.host(np.zeros(64, np.uint8))
+    host = ctx.host(ctx.host_buffer(64))
     stream = ctx.stream()
     for what, status in (
         ("memcpy_h2d", ctx.call("memcpy_h2d", 0, pointer, host, 64)),
@@ -869,7 +870,7 @@ def memcpy_interior(ctx: RawContext):
     ctx.same_bytes(ctx.download(ctx.offset(pointer, size - 1), 1), data[-1:], "memcpy_d2h of the last byte")
     ctx.same_bytes(ctx.download(pointer, size), data, "the allocation after a write at ptr + 7")
     end = ctx.offset(pointer, size)
-    host = ctx.host(np.zeros(8, np.uint8))
+    host = ctx.host(ctx.host_buffer(8))
     ctx.ok(ctx.call("memcpy_d2h", 0, host, end, 0), "memcpy_d2h(ptr + size, 0)")
     ctx.ok(ctx.call("memcpy_h2d", 0, end, host, 0), "memcpy_h2d(ptr + size, 0)")
 
@@ -881,7 +882,7 @@ def memcpy_out_of_range(ctx: RawContext):
     pointer, other = ctx.alloc(size), ctx.alloc(size)
     data = ctx.pattern(size)
     ctx.upload(pointer, data)
-    host = ctx.host(np.zeros(size + 1, np.uint8))
+    host = ctx.host(ctx.host_buffer(size + 1))
     inside = ctx.offset(pointer, 1)
     for what, status in (
         ("memcpy_h2d", ctx.call("memcpy_h2d", 0, inside, host, size)),
@@ -899,7 +900,7 @@ def memcpy_out_of_range(ctx: RawContext):
 def memcpy_huge(ctx: RawContext):
     """Sizes that wrap the address space are OAR_ERROR_INVALID_HANDLE, with nothing copied."""
     pointer, other = ctx.alloc(256), ctx.alloc(256)
-    host = ctx.host(np.zeros(256, np.uint8))
+    host = ctx.host(ctx.host_buffer(256))
     for size in (SIZE_MAX, 1 << 62, SIZE_MAX - 255):
         ctx.expect(ctx.call("memcpy_h2d", 0, pointer, host, size), INVALID_HANDLE, f"memcpy_h2d(size {size})")
         ctx.expect(ctx.call("memcpy_d2h", 0, host, pointer, size), INVALID_HANDLE, f"memcpy_d2h(size {size})")
@@ -911,7 +912,7 @@ def memcpy_huge(ctx: RawContext):
 def memcpy_null(ctx: RawContext):
     """A NULL pointer in a non-empty copy or memset is OAR_ERROR_INVALID_ARGUMENT."""
     pointer = ctx.alloc(64)
-    host = ctx.host(np.zeros(64, np.uint8))
+    host = ctx.host(ctx.host_buffer(64))
     for what, status in (
         ("memcpy_h2d(dst NULL)", ctx.call("memcpy_h2d", 0, NULL, host, 16)),
         ("memcpy_h2d(src NULL)", ctx.call("memcpy_h2d", 0, pointer, NULL, 16)),
@@ -945,8 +946,8 @@ def memcpy_zero(ctx: RawContext):
 @test("abi.memory.memcpy.foreign_device_pointer")
 def memcpy_foreign(ctx: RawContext):
     """A host or made-up address where a device pointer belongs is OAR_ERROR_INVALID_HANDLE."""
-    host = ctx.host(np.zeros(64, np.uint8))
-    source = ctx.host(np.ones(64, np.uint8))
+    host = ctx.host(ctx.host_buffer(64))
+    source = ctx.host(ctx.host_buffer(np.ones(64, np.uint8)))
     for name, pointer in (("a host pointer", host), ("0x10", ffi.cast("void*", 0x10)),
                           ("0xdead0000", ffi.cast("void*", 0xDEAD0000))):
         ctx.expect(ctx.call("memcpy_h2d", 0, pointer, source, 16), INVALID_HANDLE, f"memcpy_h2d(dst = {name})")
@@ -959,7 +960,7 @@ def memcpy_wrong_device(ctx: RawContext):
     """A pointer of device 1 passed with device 0 is OAR_ERROR_INVALID_HANDLE."""
     theirs = ctx.alloc(64, device=1)
     mine = ctx.alloc(64, device=0)
-    host = ctx.host(np.zeros(64, np.uint8))
+    host = ctx.host(ctx.host_buffer(64))
     ctx.expect(ctx.call("memcpy_h2d", 0, theirs, host, 16), INVALID_HANDLE, "memcpy_h2d(0, a pointer of device 1)")
     ctx.expect(ctx.call("memcpy_d2h", 0, host, theirs, 16), INVALID_HANDLE, "memcpy_d2h(0, a pointer of device 1)")
     ctx.expect(ctx.call("memcpy_d2d", 0, mine, theirs, 16), INVALID_HANDLE, "memcpy_d2d(0, from device 1)")
@@ -1010,7 +1011,7 @@ def mem_set_async_basic(ctx: RawContext):
     pointer = ctx.alloc(size)
     stream = ctx.stream()
     data = ctx.pattern(size, 2)
-    first, second = np.zeros(size, np.uint8), np.zeros(size, np.uint8)
+    first, second = ctx.host_buffer(size), ctx.host_buffer(size)
     ctx.ok(ctx.call("memcpy_h2d_async", stream, pointer, ctx.host(data), size), "memcpy_h2d_async")
     ctx.ok(ctx.call("memcpy_d2h_async", stream, ctx.host(first), pointer, size), "memcpy_d2h_async")
     ctx.ok(ctx.call("mem_set_async", stream, ctx.offset(pointer, 10), 0xAB, 100), "mem_set_async")
@@ -1036,7 +1037,13 @@ def mem_set_async_basic(ctx: RawContext):
 def host_memory_basic(ctx: RawContext):
     """host_alloc memory is host-readable and -writable and serves async copies both ways."""
     size = 1 << 20
-    source, destination = ctx.host_alloc(size), ctx.host_alloc(size)
+    guard = GUARD_BYTES  # the copies use the middle of each allocation; the ends must keep their pattern
+    source_block, destination_block = ctx.host_alloc(size + 2 * guard), ctx.host_alloc(size + 2 * guard)
+    fence = ctx.pattern(guard, 7)
+    for block in (source_block, destination_block):
+        ffi.memmove(block, ffi.from_buffer(fence), guard)
+        ffi.memmove(ctx.offset(block, guard + size), ffi.from_buffer(fence), guard)
+    source, destination = ctx.offset(source_block, guard), ctx.offset(destination_block, guard)
     data = ctx.pattern(size, 6)
     ffi.memmove(source, ffi.from_buffer(data), size)
     pointer = ctx.alloc(size)
@@ -1045,6 +1052,15 @@ def host_memory_basic(ctx: RawContext):
     ctx.ok(ctx.call("memcpy_d2h_async", stream, destination, pointer, size), "memcpy_d2h_async to host_alloc memory")
     ctx.ok(ctx.call("stream_synchronize", stream), "stream_synchronize")
     ctx.same_bytes(np.frombuffer(ffi.buffer(destination, size), np.uint8), data, "a round trip through pinned memory")
+    for entry, block in (("memcpy_h2d_async", source_block), ("memcpy_d2h_async", destination_block)):
+        after = np.frombuffer(ffi.buffer(ctx.offset(block, guard + size), guard), np.uint8)
+        before = np.frombuffer(ffi.buffer(block, guard), np.uint8)
+        past = np.flatnonzero(after != fence)
+        ctx.check(not past.size, f"plugin wrote {int(past[-1]) + 1 if past.size else 0} bytes past the end of the "
+                                 f"host buffer of {entry} (size {size}, in host_alloc memory)")
+        ctx.check(np.array_equal(before, fence), f"plugin wrote before the start of the host buffer of {entry} "
+                                                 f"(size {size}, in host_alloc memory)")
+    source, destination = source_block, destination_block  # host_free takes what host_alloc returned
     ctx.host_free(source)
     ctx.host_free(destination)
 
@@ -1058,7 +1074,7 @@ def host_memory_invalid(ctx: RawContext):
     pointer = ctx.host_alloc(4096)
     ctx.host_free(pointer)
     ctx.expect(ctx.call("host_free", 0, pointer), INVALID_HANDLE, "a second host_free")
-    ctx.expect(ctx.call("host_free", 0, ctx.host(np.zeros(64, np.uint8))), INVALID_HANDLE,
+    ctx.expect(ctx.call("host_free", 0, ctx.host(ctx.host_buffer(64))), INVALID_HANDLE,
                "host_free of memory host_alloc did not return")
     device_pointer = ctx.alloc(64)
     ctx.expect(ctx.call("host_free", 0, device_pointer), INVALID_HANDLE, "host_free of a device pointer")
@@ -1110,7 +1126,7 @@ def stream_many(ctx: RawContext):
     pointer = ctx.alloc(64 * 16)
     data = ctx.pattern(64 * 16, 8)
     ctx.upload(pointer, data)
-    out = np.zeros(64 * 16, np.uint8)
+    out = ctx.host_buffer(64 * 16)
     host = ctx.host(out)
     streams = [ctx.stream() for _ in range(64)]
     for index, stream in enumerate(streams):
@@ -1137,7 +1153,7 @@ def stream_destroy_invalid(ctx: RawContext):
 def stream_use_after_destroy(ctx: RawContext):
     """Every entry taking a stream refuses a destroyed one with OAR_ERROR_INVALID_HANDLE."""
     pointer = ctx.alloc(64)
-    host = ctx.host(np.zeros(64, np.uint8))
+    host = ctx.host(ctx.host_buffer(64))
     event = ctx.event()
     dead = ctx.stream()
     ctx.destroy_stream(dead)
@@ -1188,7 +1204,7 @@ def handles_forged(ctx: RawContext):
     config.struct_size = ffi.sizeof("oar_launch_config")
     config.grid = [1, 1, 1]
     config.block = [1, 1, 1]
-    host_address = int(ffi.cast("uintptr_t", ctx.host(np.zeros(256, np.uint8))))
+    host_address = int(ffi.cast("uintptr_t", ctx.host(ctx.host_buffer(256))))
     wrong = []
     for value in FORGED + (host_address,):
         checks = [
@@ -1223,7 +1239,7 @@ def stream_ordering_chain(ctx: RawContext):
         ctx.ok(ctx.call("memcpy_d2d_async", stream, ctx.offset(slots, index * size), scratch, size), "memcpy_d2d_async")
         if ctx.provides("mem_set_async"):
             ctx.ok(ctx.call("mem_set_async", stream, scratch, index & 0xFF, size), "mem_set_async")
-    out = np.zeros(rounds * size, np.uint8)
+    out = ctx.host_buffer(rounds * size)
     ctx.ok(ctx.call("memcpy_d2h_async", stream, ctx.host(out), slots, out.size), "memcpy_d2h_async")
     ctx.ok(ctx.call("stream_synchronize", stream), "stream_synchronize")
     ctx.same_bytes(out, np.concatenate(sources), "slots written in stream order")
@@ -1236,7 +1252,7 @@ def stream_ordering_roundtrip(ctx: RawContext):
     pointer = ctx.alloc(size)
     ctx.ok(ctx.call("mem_set", 0, pointer, 0, size), "mem_set")
     data = ctx.pattern(size, 12)
-    out = np.zeros(size, np.uint8)
+    out = ctx.host_buffer(size)
     stream = ctx.stream()
     ctx.ok(ctx.call("memcpy_h2d_async", stream, pointer, ctx.host(data), size), "memcpy_h2d_async")
     ctx.ok(ctx.call("memcpy_d2h_async", stream, ctx.host(out), pointer, size), "memcpy_d2h_async")
@@ -1252,7 +1268,7 @@ def async_copy_held(ctx: RawContext):
     old = ctx.pattern(size, 20)
     ctx.upload(pointer, old)
     data = ctx.pattern(size, 21)
-    out = np.zeros(size, np.uint8)
+    out = ctx.host_buffer(size)
     stream = ctx.stream()
     gate = ctx.hold(stream)
     ctx.ok(ctx.call("memcpy_h2d_async", stream, pointer, ctx.host(data), size), "memcpy_h2d_async")
@@ -1274,7 +1290,7 @@ def stream_destroy_drains(ctx: RawContext):
     pointer = ctx.alloc(4096)
     data = ctx.pattern(4096, 22)
     ctx.upload(pointer, data)
-    out = np.zeros(4096, np.uint8)
+    out = ctx.host_buffer(4096)
     stream = ctx.stream()
     ctx.delay(stream, 30)
     ctx.ok(ctx.call("memcpy_d2h_async", stream, ctx.host(out), pointer, 4096), "memcpy_d2h_async")
@@ -1289,7 +1305,7 @@ def stream_synchronize_waits(ctx: RawContext):
     pointer = ctx.alloc(4096)
     data = ctx.pattern(4096, 23)
     ctx.upload(pointer, data)
-    out = np.zeros(4096, np.uint8)
+    out = ctx.host_buffer(4096)
     stream = ctx.stream()
     ctx.delay(stream, 50)
     ctx.ok(ctx.call("memcpy_d2h_async", stream, ctx.host(out), pointer, 4096), "memcpy_d2h_async")
@@ -1299,23 +1315,32 @@ def stream_synchronize_waits(ctx: RawContext):
 
 @test("abi.stream.callback.order", requires=("stream_add_callback",))
 def stream_callback_order(ctx: RawContext):
-    """Callbacks run in order, off the calling thread, with SUCCESS, and later work waits for them."""
+    """Callbacks run in order, off the calling thread, with SUCCESS and their own user data (a guarded host
+    buffer the plugin must pass through untouched), and later work waits for them."""
     stream = ctx.stream()
     seen: list[tuple[int, int, int]] = []
+    user_data = [ctx.host_buffer(16) for _ in range(20)]
+    addresses = [int(ffi.cast("uintptr_t", ctx.host(data))) for data in user_data]
+    received: dict[int, int] = {}
     lock = threading.Lock()
 
     def make(index):
-        def callback(_stream, status, _user_data):
+        def callback(_stream, status, data):
             if index == 0:
                 time.sleep(0.03)
             with lock:
                 seen.append((index, int(status), threading.get_ident()))
+                received[index] = int(ffi.cast("uintptr_t", data))
         return ctx.keep(ffi.callback("oar_stream_callback", callback))
 
     for index in range(20):
-        ctx.ok(ctx.call("stream_add_callback", stream, make(index), NULL), "stream_add_callback")
+        ctx.ok(ctx.call("stream_add_callback", stream, make(index), ctx.host(user_data[index])), "stream_add_callback")
     ctx.ok(ctx.call("stream_synchronize", stream), "stream_synchronize")
     ctx.check([i for i, _, _ in seen] == list(range(20)), f"callbacks ran in the order {[i for i, _, _ in seen]}")
+    for index in range(20):
+        ctx.check(received.get(index) == addresses[index], f"callback {index} got user data "
+                  f"0x{received.get(index, 0):x}, not the 0x{addresses[index]:x} passed to stream_add_callback")
+    ctx.check(not any(data.any() for data in user_data), "the plugin wrote into a callback's user data")
     ctx.check(all(status == SUCCESS for _, status, _ in seen), "a callback after successful work got a failure status")
     ctx.check(all(thread != threading.get_ident() for _, _, thread in seen),
               "a callback ran on the thread that enqueued it (it must run on a plugin thread)")
@@ -1343,7 +1368,7 @@ def stream_concurrent_threads(ctx: RawContext):
         try:
             for round_index in range(rounds):
                 data = ctx.pattern(size, index * 1000 + round_index)
-                out = np.zeros(size, np.uint8)
+                out = ctx.host_buffer(size)
                 status = ctx.call("memcpy_h2d_async", streams[index], pointers[index], ffi.from_buffer(data), size)
                 status |= ctx.call("memcpy_d2h_async", streams[index], ffi.from_buffer(out), pointers[index], size)
                 status |= ctx.call("stream_synchronize", streams[index])
@@ -1367,7 +1392,7 @@ def stream_cross_device(ctx: RawContext):
     """An async copy on a stream of device 1 with a pointer of device 0 is OAR_ERROR_INVALID_HANDLE."""
     pointer = ctx.alloc(64, device=0)
     stream = ctx.stream(device=1)
-    host = ctx.host(np.zeros(64, np.uint8))
+    host = ctx.host(ctx.host_buffer(64))
     ctx.expect(ctx.call("memcpy_h2d_async", stream, pointer, host, 16), INVALID_HANDLE,
                "memcpy_h2d_async(a stream of device 1, a pointer of device 0)")
     ctx.expect(ctx.call("memcpy_d2d_async", stream, pointer, pointer, 16), INVALID_HANDLE,
@@ -1459,7 +1484,7 @@ def event_record_completes(ctx: RawContext):
     pointer = ctx.alloc(size)
     data = ctx.pattern(size, 30)
     ctx.upload(pointer, data)
-    out = np.zeros(size, np.uint8)
+    out = ctx.host_buffer(size)
     stream = ctx.stream()
     event = ctx.event()
     ctx.ok(ctx.call("memcpy_d2h_async", stream, ctx.host(out), pointer, size), "memcpy_d2h_async")
@@ -1525,7 +1550,7 @@ def event_cross_stream(ctx: RawContext):
     pointer = ctx.alloc(size)
     ctx.ok(ctx.call("mem_set", 0, pointer, 0, size), "mem_set")
     data = ctx.pattern(size, 31)
-    out = np.zeros(size, np.uint8)
+    out = ctx.host_buffer(size)
     a, b = ctx.stream(), ctx.stream()
     event = ctx.event()
     gate = ctx.hold(a)
@@ -1714,7 +1739,7 @@ def sticky_later_work(ctx: RawContext):
     stream = ctx.stream()
     pointer = ctx.alloc(4096)
     data = ctx.pattern(4096, 40)
-    out = np.zeros(4096, np.uint8)
+    out = ctx.host_buffer(4096)
     launch_fault(ctx, stream, kernel, pointer)
     ctx.ok(ctx.call("memcpy_h2d_async", stream, pointer, ctx.host(data), 4096), "memcpy_h2d_async after the fault")
     ctx.ok(ctx.call("memcpy_d2h_async", stream, ctx.host(out), pointer, 4096), "memcpy_d2h_async after the fault")
@@ -1862,7 +1887,7 @@ def kernel_launch_invalid(ctx: RawContext):
     kernel = add_kernel(ctx)
     stream = ctx.stream()
     a, b, out = (ctx.alloc(64) for _ in range(3))
-    host = ctx.host(np.zeros(64, np.uint8))
+    host = ctx.host(ctx.host_buffer(64))
 
     def launch(inputs, num_inputs, outputs, num_outputs):
         return ctx.call("kernel_launch", stream, kernel, inputs, num_inputs, outputs, num_outputs, NULL, 0)
@@ -2160,7 +2185,7 @@ def module_launch_invalid(ctx: RawContext):
         return array
 
     null_pointer = ctx.keep(ffi.new("void**", NULL))
-    host_pointer = ctx.keep(ffi.new("void**", ctx.host(np.zeros(64, np.uint8))))
+    host_pointer = ctx.keep(ffi.new("void**", ctx.host(ctx.host_buffer(64))))
     device_pointer = ctx.keep(ffi.new("void**", pointer))
     one = launch_config(ctx)
     cases += [
@@ -2327,8 +2352,8 @@ def errors_messages(ctx: RawContext):
     failing = [
         ("device_count(NULL)", lambda: ctx.call("device_count", NULL)),
         ("mem_alloc(size 0)", lambda: ctx.call("mem_alloc", 0, 0, ffi.new("void**"))),
-        ("mem_free(a host pointer)", lambda: ctx.call("mem_free", 0, ctx.host(np.zeros(8, np.uint8)))),
-        ("memcpy_d2h past the allocation", lambda: ctx.call("memcpy_d2h", 0, ctx.host(np.zeros(128, np.uint8)),
+        ("mem_free(a host pointer)", lambda: ctx.call("mem_free", 0, ctx.host(ctx.host_buffer(8)))),
+        ("memcpy_d2h past the allocation", lambda: ctx.call("memcpy_d2h", 0, ctx.host(ctx.host_buffer(128)),
                                                             pointer, 128)),
         ("stream_query(a made-up stream)", lambda: ctx.call("stream_query", forged_stream(0x1234))),
         ("kernel_query(an unknown op)", lambda: ctx.call("kernel_query", 0, b"oar_conformance_no_such_op", array, 3,
@@ -2376,7 +2401,7 @@ def threads_alloc_free(ctx: RawContext):
                     errors.append(f"thread {index}: mem_alloc({size}) returned {status_name(status)}")
                     return
                 data = rng.integers(0, 256, size, dtype=np.uint8)
-                back = np.zeros(size, np.uint8)
+                back = ctx.host_buffer(size)
                 status = ctx.call("memcpy_h2d", 0, out[0], ffi.from_buffer(data), size)
                 status |= ctx.call("memcpy_d2h", 0, ffi.from_buffer(back), out[0], size)
                 status |= ctx.call("mem_free", 0, out[0])

@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from oar_conformance import zoo
+from oar_conformance.levels.launches import LaunchList
 from oar_conformance.levels.runtime_session import RuntimeContext, open_session  # noqa: F401
 from oar_conformance.registry import Failure, conformance_test
 from oar_conformance.tolerances import FLOAT32_EPS, FP64_MULTIPLIER
@@ -99,6 +100,14 @@ def _fallen_back(before: dict, after: dict) -> list[str]:
     return sorted(op for op, count in after.items() if count > before.get(op, 0))
 
 
+def _record_ops(ctx: RuntimeContext, launches: LaunchList, fell_back: list[str]) -> None:
+    """Which ops of the model ran on the device and which through the host fallback (for the report)."""
+    ctx.details["model"] = ctx.details.get("model") or ctx.test.id.split(".")[1]
+    ctx.details["device_ops"] = sorted(set(launches.distinct()) - set(fell_back))
+    if fell_back:
+        ctx.details["fallback_ops"] = fell_back
+
+
 def run_loss(ctx: RuntimeContext, name: str) -> None:
     from oar import fallback
 
@@ -108,16 +117,17 @@ def run_loss(ctx: RuntimeContext, name: str) -> None:
     steps = list(range(metric["start_step"], metric["end_step"] + 1, metric["step_interval"]))
     ctx.details.update(model=name, steps=steps, golden=metric["values"],
                        rtol=golden.get("tolerance", model.tolerance)["rtol"])
+    launches = LaunchList()
     try:
         module = model.build(ctx.device)
         before = fallback.fallback_stats()
-        losses = model.train(module, ctx.device, model.steps)
+        with ctx.oar.capture.observe(launches):
+            losses = model.train(module, ctx.device, model.steps)
     except ctx.oar.OarError as error:
         raise Failure(f"{name}: training raised {type(error).__name__}: {error}") from error
     ctx.details["loss"] = [round(loss, 7) if math.isfinite(loss) else None for loss in losses]
     fell_back = _fallen_back(before, fallback.fallback_stats())
-    if fell_back:
-        ctx.details["fallback_ops"] = fell_back
+    _record_ops(ctx, launches, fell_back)
     outliers, first = compare_curve(name, losses, golden)
     ctx.details["outliers"] = outliers
     if first:
@@ -130,16 +140,16 @@ def run_fp64(ctx: RuntimeContext, name: str) -> None:
 
     model = zoo.MODELS[name]
     inputs = model.sample()
+    launches = LaunchList()
     try:
         module = model.build(ctx.device)
         before = fallback.fallback_stats()
-        with oar.no_grad():
+        with oar.no_grad(), oar.capture.observe(launches):
             got = module(oar.tensor(inputs, device=ctx.device)).numpy()
     except oar.OarError as error:
         raise Failure(f"{name}: the forward raised {type(error).__name__}: {error}") from error
     fell_back = _fallen_back(before, fallback.fallback_stats())
-    if fell_back:
-        ctx.details["fallback_ops"] = fell_back
+    _record_ops(ctx, launches, fell_back)
     weights = model.weights()
     fp32 = model.host_forward(weights, inputs, np.float32)
     fp64 = model.host_forward(weights, inputs, np.float64)
@@ -178,4 +188,17 @@ def report_extras(results: list[dict]) -> dict:
                        "message": result.get("message", ""), "steps": details["steps"],
                        "loss": [loss[s - 1] if s - 1 < len(loss) else None for s in details["steps"]],
                        "golden": details.get("golden", []), "rtol": details.get("rtol")})
-    return {"curves": curves}
+    coverage: dict[str, dict[str, set]] = {}
+    for result in results:
+        details = result.get("details") or {}
+        if "device_ops" not in details:
+            continue
+        model = coverage.setdefault(details.get("model") or result["id"].split(".")[1],
+                                    {"device_ops": set(), "fallback_ops": set()})
+        model["device_ops"].update(details["device_ops"])
+        model["fallback_ops"].update(details.get("fallback_ops") or [])
+    ops = [{"model": name, "fallback_ops": sorted(found["fallback_ops"]),
+            "device_ops": sorted(found["device_ops"] - found["fallback_ops"])}
+           for name, found in coverage.items()]
+    ops.sort(key=lambda row: (not row["fallback_ops"], row["model"]))  # models with fallbacks first
+    return {"curves": curves, "ops": ops}

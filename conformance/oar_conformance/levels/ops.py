@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import oar_opset
 
-from oar_conformance import opcases
+from oar_conformance import opcases, repro
+from oar_conformance.levels.launches import LaunchList
 from oar_conformance.levels.runtime_session import RuntimeContext, open_session  # noqa: F401
 from oar_conformance.registry import FAIL, ERROR, FALLBACK, PASS, SKIP, Failure, Fallback, conformance_test
 from oar_conformance.tolerances import FLOAT_DTYPES, tolerance, within
@@ -200,16 +201,20 @@ def run_grad(ctx: RuntimeContext, op: str, spec: Op, dtype: str, case: opcases.C
     import oar.ops as ops
     from oar import fallback
 
+    from oar import capture
+
     label = f"{op} ({dtype}) gradient"
     names = [i.name for i in spec.inputs]
     before = fallback.fallback_stats()
+    launches = LaunchList()
     try:
-        tensors = [device_tensor(array, "contiguous", ctx.device, requires_grad=index in case.differentiable)
-                   for index, array in enumerate(case.inputs)]
-        out = getattr(ops, op)(*tensors, **case.attrs)
-        out_dtype = out.dtype.name
-        upstream = opcases.values(rng, tuple(out.shape), out_dtype, -1.0, 1.0)
-        out.backward(device_tensor(upstream, "contiguous", ctx.device))
+        with capture.observe(launches):
+            tensors = [device_tensor(array, "contiguous", ctx.device, requires_grad=index in case.differentiable)
+                       for index, array in enumerate(case.inputs)]
+            out = getattr(ops, op)(*tensors, **case.attrs)
+            out_dtype = out.dtype.name
+            upstream = opcases.values(rng, tuple(out.shape), out_dtype, -1.0, 1.0)
+            out.backward(device_tensor(upstream, "contiguous", ctx.device))
         got = []
         for index in case.differentiable:
             grad = tensors[index].grad
@@ -217,13 +222,17 @@ def run_grad(ctx: RuntimeContext, op: str, spec: Op, dtype: str, case: opcases.C
                 raise Failure(f"{label}: no gradient reached input {names[index]!r}")
             got.append(grad.numpy())
     except oar.OarError as error:
-        raise Failure(f"{label} raised {type(error).__name__}: {error}") from error
+        raise Failure(f"{label} raised {type(error).__name__}: {error}; {launches.summary()}") from error
+    ctx.details["kernels"] = launches.ops
     want = reference_gradients(op, spec, case, np.asarray(upstream).astype(np.float64))
     for index, g, w in zip(case.differentiable, got, want):
         if g.dtype.name != np.asarray(case.inputs[index]).dtype.name:
             raise Failure(f"{label}: the gradient of {names[index]!r} is {g.dtype.name}, the input "
                           f"{np.asarray(case.inputs[index]).dtype.name}")
-        compare(f"{label} of {names[index]!r}", g, w, "gradient")
+        try:
+            compare(f"{label} of {names[index]!r}", g, w, "gradient")
+        except Failure as error:  # the bug may be in any kernel of the pass, not in the op's own
+            raise Failure(f"{error}\n  {launches.summary()}") from None
     moved = _fallback_moves(before, fallback.fallback_stats())
     if moved:
         ctx.details["fallback_ops"] = moved
@@ -232,13 +241,19 @@ def run_grad(ctx: RuntimeContext, op: str, spec: Op, dtype: str, case: opcases.C
 
 def run_case(ctx: RuntimeContext, op: str, dtype: str, name: str = "basic") -> None:
     spec = oar_opset.default()[op]
-    rng = np.random.default_rng(zlib.crc32(ctx.test.id.encode()))
+    seed = zlib.crc32(ctx.test.id.encode())
+    rng = np.random.default_rng(seed)
     case = opcases.build(op, spec, dtype, name, rng)
     ctx.details["case"] = name
-    if case.grad:
-        run_grad(ctx, op, spec, dtype, case, rng)
-    else:
-        run_values(ctx, op, spec, dtype, case)
+    ctx.details["seed"] = seed
+    try:
+        if case.grad:
+            run_grad(ctx, op, spec, dtype, case, rng)
+        else:
+            run_values(ctx, op, spec, dtype, case)
+    except Failure as error:  # what reproduces it: the kernel's inputs as it saw them, attrs, seed
+        names = [i.name for i in spec.inputs]
+        raise Failure(f"{error}\n{repro.describe(ctx.test.id, seed, names, case)}") from None
 
 
 def test_list() -> list[tuple[str, str, str]]:

@@ -21,6 +21,7 @@ import numpy as np
 
 from oar.vendor import abi
 from oar.vendor.abi import C, ffi
+from oar_conformance.levels.host_guard import HostGuards
 from oar_conformance.registry import Failure, NotProvided, Skip, TestCase
 
 __all__ = ["STATUS_NAMES", "CAPABILITY_BITS", "status_name", "RawSession", "RawContext", "Gate", "open_session"]
@@ -162,7 +163,10 @@ class RawContext:
         self._memory: list[tuple[int, Any]] = []
         self._host_memory: list[tuple[int, Any]] = []
         self._cleanups: list[Callable[[], Any]] = []
+        self._guards = HostGuards()
         self.details: dict[str, Any] = {}
+        # a failure found while cleaning up (a host overrun seen after the streams drained); the worker reports it
+        self.late_failure: str | None = None
 
     # ---- plugin facts ------------------------------------------------------
 
@@ -192,12 +196,20 @@ class RawContext:
     # ---- checks -------------------------------------------------------------
 
     def call(self, entry: str, *args) -> int:
+        self._guards.note_call(entry, args, ffi)
         return int(self.plugin.call(entry, *args))
+
+    def check_guards(self, when: str) -> None:
+        """Fail if the plugin wrote outside a guarded host buffer (see host_guard)."""
+        damage = self._guards.check(when)
+        if damage:
+            raise Failure(damage)
 
     def expect(self, status: int, expected: int | Iterable[int], what: str) -> int:
         """Fail unless status is one of expected; returns status."""
         allowed = (expected,) if isinstance(expected, int) else tuple(expected)
         status = int(status)
+        self.check_guards(what)
         if status not in allowed:
             message = f"{what}: returned {status_name(status)}, the ABI says {_names(allowed)}"
             if status != C.OAR_SUCCESS:
@@ -295,21 +307,33 @@ class RawContext:
         return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
 
     def host(self, array: np.ndarray) -> Any:
-        """A host pointer to array's bytes (the array is kept alive until the test ends)."""
+        """A host pointer to array's bytes (the array is kept alive until the test ends). Pass a
+        host_buffer() to have the plugin's writes past either end of it caught."""
         self.keep(array)
         return ffi.from_buffer(array)
 
+    def host_buffer(self, size_or_data: int | np.ndarray) -> np.ndarray:
+        """A zeroed uint8 array of that size (or a copy of an array's bytes) between guard bytes,
+        checked after every call the test checks and once more after its streams drain."""
+        data = None if isinstance(size_or_data, (int, np.integer)) else np.asarray(size_or_data)
+        buffer = self._guards.new(int(size_or_data) if data is None else data.nbytes)
+        if data is not None:
+            buffer.view[:] = np.ascontiguousarray(data).view(np.uint8).ravel()
+        return buffer.view
+
     def upload(self, pointer: Any, data: np.ndarray, device: int = 0) -> None:
-        self.ok(self.plugin.call("memcpy_h2d", device, pointer, self.host(data), data.nbytes), "memcpy_h2d")
+        source = self.host_buffer(data)
+        self.ok(self.call("memcpy_h2d", device, pointer, self.host(source), data.nbytes), "memcpy_h2d")
 
     def download(self, pointer: Any, size: int, device: int = 0) -> np.ndarray:
-        out = np.zeros(size, dtype=np.uint8)
-        self.ok(self.plugin.call("memcpy_d2h", device, self.host(out), pointer, size), "memcpy_d2h")
+        out = self.host_buffer(size)
+        self.ok(self.call("memcpy_d2h", device, self.host(out), pointer, size), "memcpy_d2h")
         return out
 
     def same_bytes(self, got: np.ndarray, want: np.ndarray, what: str) -> None:
-        got = np.asarray(got).view(np.uint8).ravel()
-        want = np.asarray(want).view(np.uint8).ravel()
+        # a snapshot: a buffer a racing plugin still writes must not change between the check and the message
+        got = np.array(got, copy=True).view(np.uint8).ravel()
+        want = np.array(want, copy=True).view(np.uint8).ravel()
         if got.shape != want.shape:
             raise Failure(f"{what}: {got.size} bytes, expected {want.size}")
         differ = np.flatnonzero(got != want)
@@ -338,6 +362,7 @@ class RawContext:
                 pass
         for stream, _ in self._streams:
             call("stream_synchronize", stream)
+        self.late_failure = self._guards.check("the test's streams were synchronized")
         devices = sorted({d for _, d in self._streams} | {d for d, _ in self._memory} | {0})
         for event in reversed(self._events):
             call("event_destroy", event)
@@ -356,6 +381,7 @@ class RawContext:
         self._memory.clear()
         self._host_memory.clear()
         self._cleanups.clear()
+        self._guards.clear()
         self._keep.clear()
 
 

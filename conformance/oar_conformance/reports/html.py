@@ -13,10 +13,21 @@ from typing import Any
 
 import jinja2
 
-__all__ = ["render_html", "write_html", "curve_points"]
+__all__ = ["render_html", "write_html", "curve_points", "failures_first"]
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
 SVG_WIDTH, SVG_HEIGHT, SVG_PAD = 480, 220, 30
+SEVERITY = ("error", "fail", "fallback", "skip", "pass")  # the order rows appear in: worst first
+LABEL_ORDER = ("REGRESSION", "NEW-FAIL", "FIXED", "NEW")
+
+
+def _rank(status: str | None) -> int:
+    return SEVERITY.index(status) if status in SEVERITY else len(SEVERITY)
+
+
+def failures_first(rows: list[dict], key: str = "status") -> list[dict]:
+    """rows in a stable order, worst status first (error, fail, fallback, skip, pass)."""
+    return sorted(rows, key=lambda row: _rank(row.get(key)))
 
 
 def curve_points(steps: list, values: list, x_range: tuple, y_range: tuple) -> str:
@@ -71,10 +82,22 @@ def _environment() -> jinja2.Environment:
 def render_html(document: dict) -> str:
     extras: dict[str, Any] = document.get("extras") or {}
     models = extras.get("models") or {}
+    matrix = (extras.get("ops") or {}).get("matrix")
+    if matrix:
+        worst = {id(row): min((_rank(cell) for cell in row["cells"].values()), default=len(SEVERITY))
+                 for row in matrix["rows"]}
+        matrix = {**matrix, "rows": sorted(matrix["rows"], key=lambda row: worst[id(row)])}
+    changed = [test for test in document["tests"] if test.get("label")]
+    changed.sort(key=lambda test: (LABEL_ORDER.index(test["label"]) if test["label"] in LABEL_ORDER
+                                   else len(LABEL_ORDER), _rank(test.get("status"))))
     context = {
         "doc": document,
-        "ops_matrix": (extras.get("ops") or {}).get("matrix"),
-        "plots": _plots(models.get("curves", [])),
+        "ops_matrix": matrix,
+        "plots": failures_first(_plots(models.get("curves", []))),
+        "model_ops": models.get("ops") or [],
+        "changed": changed,
+        "tests_by_level": {level["name"]: failures_first([t for t in document["tests"] if t["level"] == level["name"]])
+                           for level in document["levels"]},
         "levels_by_name": {level["name"]: level for level in document["levels"]},
     }
     return _environment().get_template("report.html.j2").render(**context)
