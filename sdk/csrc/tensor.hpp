@@ -221,6 +221,12 @@ TensorImpl view_impl(const TensorImpl& x, Dims shape, Dims strides, int64_t offs
 
 bool grad_enabled();
 void set_grad_enabled(bool enabled);
+// Grad mode off for a scope (C++'s oar.no_grad()).
+struct NoGradGuard {
+  bool previous;
+  NoGradGuard() : previous(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(previous); }
+};
 // oar.autograd._record(op, inputs, attrs, outputs) when grad is on and an input requires grad.
 bool needs_record(PyObject* const* inputs, size_t count);
 void record(PyObject* op_name, PyObject* inputs_tuple, PyObject* attrs_dict, PyObject* outputs_tuple);
