@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "geometry.hpp"
 #include "launch.hpp"
 #include "op_schema.hpp"
 #include "scalars.hpp"
@@ -249,7 +250,7 @@ PyObject* run(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, Ca
   Operands operands;
   convert_operands(op, inputs, num_inputs, dtypes.compute, device, operands);
   InferredShapes shapes;
-  infer_shapes(op, operands.objects, operands.impls, num_inputs, attrs, shapes);
+  infer_shapes(op, operands.impls, num_inputs, attrs, shapes);
   std::shared_ptr<Stream> stream = current_stream(device);
   py::object outputs[kMaxOutputs];
   allocate_outputs(op, device, *stream, shapes, dtypes.out, outputs);
@@ -341,6 +342,18 @@ void register_dispatch(py::module_& module) {
      "Launch op's kernel (or the host fallback) now on the current stream, unobserved: inputs as the kernel "
      "sees them (broadcast views), outputs allocated by the caller.");
   module.def("op_id", [](const std::string& name) { return find_op(name).id; });
+  module.def("_window_output_size", &window_output_size, py::arg("size"), py::arg("kernel"), py::arg("stride"),
+             py::arg("padding"), py::arg("dilation") = 1,
+             "Output extent of a conv/pool window (dilated kernel, stride, padding on both sides): the shape rules' "
+             "geometry, for oar.reference.");
+  module.def("_promote_types", [](py::handle a, py::handle b) {
+    return py::str(scalar_info(promote_types(scalar_type_from_python(a), scalar_type_from_python(b))).name);
+  }, py::arg("a"), py::arg("b"), "The dtype name two dtypes promote to (the dispatch's promotion).");
+  module.def("_has_shape_rule", [](const std::string& name) {
+    const OpSchema& op = find_op(name);
+    return op.shape_rule != nullptr || op.kind == OpKind::Unary || op.kind == OpKind::Binary ||
+           op.kind == OpKind::Ternary || op.kind == OpKind::Reduction || op.kind == OpKind::Matmul;
+  }, py::arg("op"), "Whether the C++ dispatch has an output-shape rule for op (views and creation ops have their own).");
   module.def("_concat", [](py::handle tensors, int64_t dim) {
     return py::reinterpret_steal<py::object>(concat_impl(tensors.ptr(), dim));
   }, py::arg("tensors"), py::arg("dim") = 0);

@@ -4,6 +4,7 @@
 
 #include "dispatch.hpp"
 #include "scalars.hpp"
+#include "shape_rules.hpp"
 
 namespace oar {
 
@@ -450,10 +451,13 @@ int32_t parse_attr_type(const std::string& type) {
   throw py::value_error("unknown attr type '" + type + "'");
 }
 
+bool flag(const py::dict& spec, const char* key) { return spec.contains(key) && py::bool_(spec[key]); }
+
 }  // namespace
 
 // spec: {name, kind, inputs: [(name, role, optional)], variadic, num_outputs, attrs: [(name, type,
-// required, default)], dtypes: [names], out_dtype, broadcast, nonempty_reduction, shape_fn}
+// required, default)], dtypes: [names], out_dtype, broadcast, nonempty_reduction}; other keys
+// (shape_fn, method, op_class, ...) are ignored: the shape rule is chosen by the op's name.
 py::object register_op(py::dict spec) {
   auto* op = new OpSchema();  // leaked: process lifetime
   op->name = spec["name"].cast<std::string>();
@@ -482,7 +486,7 @@ py::object register_op(py::dict spec) {
     op->inputs.push_back(input);
   }
   if (op->inputs.size() > kMaxInputs) throw py::value_error(op->name + ": too many inputs");
-  op->variadic = spec["variadic"].cast<bool>();
+  op->variadic = flag(spec, "variadic");
   op->num_outputs = spec["num_outputs"].cast<size_t>();
   if (op->num_outputs > kMaxOutputs) throw py::value_error(op->name + ": too many outputs");
   for (py::handle item : spec["attrs"]) {
@@ -524,16 +528,13 @@ py::object register_op(py::dict spec) {
     op->out_rule = OutRule::Fixed;
     op->out_fixed = scalar_type_from_python(py::str(out));
   }
-  op->broadcast = spec["broadcast"].cast<bool>();
-  op->nonempty_reduction = spec["nonempty_reduction"].cast<bool>();
+  op->broadcast = flag(spec, "broadcast");
+  op->nonempty_reduction = flag(spec, "nonempty_reduction");
   op->scalar_inputs = op->kind == OpKind::Binary || op->kind == OpKind::Ternary;
   if (op->kind == OpKind::Reduction && op->keepdim_attr >= 0 && op->dim_attr < 0) {
     throw py::value_error(op->name + ": a reduction with keepdim needs a dim attr");
   }
-  Py_XDECREF(op->shape_fn);
-  op->shape_fn = nullptr;
-  py::object shape_fn = spec["shape_fn"];
-  if (!shape_fn.is_none()) op->shape_fn = shape_fn.release().ptr();
+  op->shape_rule = named_shape_rule(op->name);  // the spec's shape_fn (if any) is ignored
 
   auto* function = PyObject_New(PyOpFunction, &OpFunctionType);
   if (function == nullptr) throw py::error_already_set();

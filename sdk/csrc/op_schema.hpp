@@ -47,6 +47,10 @@ struct InputSpec {
   bool optional = false;
 };
 
+struct OpSchema;
+struct RuleArgs;  // shape_rules.cpp
+using ShapeRuleFn = Dims (*)(const RuleArgs& args);
+
 struct OpSchema {
   int id = 0;
   std::string name;
@@ -64,7 +68,7 @@ struct OpSchema {
   bool broadcast = false;
   bool scalar_inputs = false;  // Python numbers accepted for data inputs (elementwise ops)
   bool nonempty_reduction = false;
-  PyObject* shape_fn = nullptr;  // callable(inputs, attrs) -> [shape, ...] for kinds without a C++ rule
+  ShapeRuleFn shape_rule = nullptr;  // nn/index/misc ops: chosen by name at registration
   int dim_attr = -1, keepdim_attr = -1, dtype_attr = -1;
 
   int attr_position(const char* attr_name) const;  // -1 when the op has no such attr

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "geometry.hpp"
 #include "scalars.hpp"
 
 namespace oar {
@@ -70,7 +71,313 @@ Dims dims_from(py::handle sequence, const std::string& what) {
   return dims;
 }
 
-void infer_shapes(const OpSchema& op, PyObject* const* operands, const TensorImpl* const* impls, size_t num_inputs,
+// ---- the nn, index and misc ops, by name --------------------------------------------------------
+
+namespace {
+
+}  // namespace
+
+// The inputs and attrs a named rule reads (absent optional inputs are left out of inputs).
+struct RuleArgs {
+  const OpSchema& op;
+  const TensorImpl* const* inputs;
+  size_t num_inputs;
+  const CallAttrs& attrs;
+
+  const TensorImpl& input(size_t k) const { return *inputs[k]; }
+  const AttrValue& attr(const char* name) const {
+    int k = op.attr_position(name);
+    if (k < 0) throw py::type_error(op.name + ": the shape rule needs an attr '" + name + "'");
+    return *attrs.values[k];
+  }
+  int64_t int_attr(const char* name) const { return attr(name).i; }
+  const std::vector<int64_t>& ints_attr(const char* name) const { return attr(name).ints; }
+};
+
+namespace {
+
+std::string ints_text(const std::vector<int64_t>& values) {  // Python's list repr: "[1, 2]"
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + std::to_string(values[i]);
+  return text + "]";
+}
+
+Dims concat_dims(const Dims& head, std::initializer_list<int64_t> tail) {
+  Dims out = head;
+  for (int64_t value : tail) out.push_back(value);
+  return out;
+}
+
+void need_ndim(const std::string& op, const char* name, const TensorImpl& x, size_t ndim) {
+  if (x.ndim() != ndim) {
+    shape_error(op + ": input '" + name + "' must be " + std::to_string(ndim) + "-d, got shape " + shape_text(x.shape));
+  }
+}
+
+// dim wrapped into [0, max(ndim, 1)); IndexError naming the op (without wrap_dim's expected range).
+int64_t rule_dim(const std::string& op, const TensorImpl& x, int64_t dim) {
+  int64_t ndim = std::max<int64_t>(static_cast<int64_t>(x.ndim()), 1);
+  if (dim < -ndim || dim >= ndim) {
+    throw py::index_error(op + ": dim " + std::to_string(dim) + " is out of range for a " + std::to_string(x.ndim()) +
+                          "-d tensor");
+  }
+  return dim < 0 ? dim + ndim : dim;
+}
+
+// A pair attr (kernel_size, stride, padding, dilation): 1 entry means both, none the default.
+WindowPair pair_attr(const std::string& op, const char* name, const std::vector<int64_t>& value,
+                     const std::vector<int64_t>& fallback = {}) {
+  try {
+    return window_pair(value, fallback);
+  } catch (const std::invalid_argument&) {
+    shape_error(op + ": attr '" + name + "' must have 1 or 2 entries, got " + ints_text(value));
+  }
+}
+
+int64_t window_out(const std::string& op, int64_t size, int64_t kernel, int64_t stride, int64_t padding,
+                   int64_t dilation = 1) {
+  if (stride <= 0 || kernel <= 0 || dilation <= 0 || padding < 0) {
+    shape_error(op + ": kernel, stride and dilation must be positive and padding >= 0");
+  }
+  int64_t out = window_output_size(size, kernel, stride, padding, dilation);
+  if (out <= 0) {
+    shape_error(op + ": the window (" + std::to_string(kernel) + ", dilation " + std::to_string(dilation) +
+                ") does not fit an input of size " + std::to_string(size) + " with padding " + std::to_string(padding));
+  }
+  return out;
+}
+
+Dims conv2d_rule(const RuleArgs& args) {
+  const TensorImpl& x = args.input(0);
+  const TensorImpl& weight = args.input(1);
+  need_ndim("conv2d", "x", x, 4);
+  need_ndim("conv2d", "weight", weight, 4);
+  int64_t groups = args.int_attr("groups");
+  int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2], w = x.shape[3];
+  int64_t o = weight.shape[0], cg = weight.shape[1], kh = weight.shape[2], kw = weight.shape[3];
+  if (groups <= 0 || c % groups || o % groups) {
+    shape_error("conv2d: groups=" + std::to_string(groups) + " must divide the input channels " + std::to_string(c) +
+                " and output channels " + std::to_string(o));
+  }
+  if (cg * groups != c) {
+    shape_error("conv2d: weight " + shape_text(weight.shape) + " expects " + std::to_string(cg * groups) +
+                " input channels (C/groups = " + std::to_string(cg) + "), x has " + std::to_string(c));
+  }
+  if (args.num_inputs > 2 && args.input(2).shape != Dims(1, o)) {
+    shape_error("conv2d: bias must have shape (" + std::to_string(o) + ",), got " + shape_text(args.input(2).shape));
+  }
+  WindowPair stride = pair_attr("conv2d", "stride", args.ints_attr("stride"));
+  WindowPair padding = pair_attr("conv2d", "padding", args.ints_attr("padding"));
+  WindowPair dilation = pair_attr("conv2d", "dilation", args.ints_attr("dilation"));
+  return Dims{n, o, window_out("conv2d", h, kh, stride.h, padding.h, dilation.h),
+              window_out("conv2d", w, kw, stride.w, padding.w, dilation.w)};
+}
+
+Dims shape_attr_rule(const std::string& op, const char* attr, const std::vector<int64_t>& shape) {
+  if (shape.size() != 4) {
+    shape_error(op + ": " + attr + " must have 4 entries, got " + ints_text(shape));
+  }
+  return Dims(shape.data(), shape.size());
+}
+
+Dims conv2d_backward_input_rule(const RuleArgs& args) {
+  return shape_attr_rule("conv2d_backward_input", "input_shape", args.ints_attr("input_shape"));
+}
+
+Dims conv2d_backward_weight_rule(const RuleArgs& args) {
+  return shape_attr_rule("conv2d_backward_weight", "weight_shape", args.ints_attr("weight_shape"));
+}
+
+Dims pool_shape(const std::string& op, const TensorImpl& x, const RuleArgs& args) {
+  need_ndim(op, "x", x, 4);
+  WindowPair kernel = pair_attr(op, "kernel_size", args.ints_attr("kernel_size"));
+  WindowPair stride = pair_attr(op, "stride", args.ints_attr("stride"), {kernel.h, kernel.w});
+  WindowPair padding = pair_attr(op, "padding", args.ints_attr("padding"));
+  if (padding.h * 2 > kernel.h || padding.w * 2 > kernel.w) {
+    shape_error(op + ": padding (" + std::to_string(padding.h) + ", " + std::to_string(padding.w) +
+                ") must be at most half the kernel (" + std::to_string(kernel.h) + ", " + std::to_string(kernel.w) + ")");
+  }
+  return Dims{x.shape[0], x.shape[1], window_out(op, x.shape[2], kernel.h, stride.h, padding.h),
+              window_out(op, x.shape[3], kernel.w, stride.w, padding.w)};
+}
+
+Dims pool_rule(const RuleArgs& args) { return pool_shape(args.op.name, args.input(0), args); }
+
+Dims pool_backward_rule(const RuleArgs& args) {
+  const std::string& op = args.op.name;
+  const TensorImpl& grad = args.input(0);
+  const TensorImpl& x = args.input(1);
+  Dims expected = pool_shape(op.substr(0, op.size() - std::string("_backward").size()), x, args);
+  if (grad.shape != expected) {
+    shape_error(op + ": grad has shape " + shape_text(grad.shape) + ", the forward output of x " + shape_text(x.shape) +
+                " has " + shape_text(expected));
+  }
+  return x.shape;
+}
+
+// layer_norm, rms_norm (x first) and their input gradients (grad, x, weight).
+Dims norm_rule(const RuleArgs& args) {
+  const std::string& op = args.op.name;
+  size_t x_index = args.op.inputs.size() > 0 && args.op.inputs[0].name == "grad" ? 1 : 0;
+  const TensorImpl& x = args.input(x_index);
+  int64_t k = args.int_attr("normalized_ndim");
+  if (k < 1 || k > static_cast<int64_t>(x.ndim())) {
+    shape_error(op + ": normalized_ndim=" + std::to_string(k) + " must be between 1 and x's ndim " +
+                std::to_string(x.ndim()));
+  }
+  Dims normalized(x.shape.data() + x.ndim() - k, static_cast<size_t>(k));
+  for (size_t j = x_index + 1; j < args.num_inputs; ++j) {
+    if (args.input(j).shape != normalized) {
+      shape_error(op + ": input '" + args.op.inputs[j].name + "' must have the normalized shape " +
+                  shape_text(normalized) + ", got " + shape_text(args.input(j).shape));
+    }
+  }
+  if (x_index && args.input(0).shape != x.shape) {
+    shape_error(op + ": grad has shape " + shape_text(args.input(0).shape) + ", x has " + shape_text(x.shape));
+  }
+  return x.shape;
+}
+
+Dims embedding_rule(const RuleArgs& args) {
+  const TensorImpl& weight = args.input(0);
+  need_ndim("embedding", "weight", weight, 2);
+  return concat_dims(args.input(1).shape, {weight.shape[1]});
+}
+
+Dims cross_entropy_shape(const std::string& op, const TensorImpl& logits, const TensorImpl& target,
+                         const RuleArgs& args) {
+  need_ndim(op, "logits", logits, 2);
+  if (target.shape != Dims(1, logits.shape[0])) {
+    shape_error(op + ": target must have shape (" + std::to_string(logits.shape[0]) + ",), got " +
+                shape_text(target.shape));
+  }
+  const std::string& reduction = args.attr("reduction").s;
+  if (reduction != "mean" && reduction != "sum" && reduction != "none") {
+    shape_error(op + ": reduction must be 'mean', 'sum' or 'none', not " +
+                py::repr(py::str(reduction)).cast<std::string>());
+  }
+  return reduction == "none" ? Dims(1, logits.shape[0]) : Dims();
+}
+
+Dims cross_entropy_rule(const RuleArgs& args) {
+  return cross_entropy_shape("cross_entropy", args.input(0), args.input(1), args);
+}
+
+Dims cross_entropy_backward_rule(const RuleArgs& args) {
+  const TensorImpl& grad = args.input(0);
+  Dims expected = cross_entropy_shape("cross_entropy", args.input(1), args.input(2), args);
+  if (grad.shape != expected) {
+    shape_error("cross_entropy_backward: grad has shape " + shape_text(grad.shape) + ", expected " +
+                shape_text(expected));
+  }
+  return args.input(1).shape;
+}
+
+Dims gather_rule(const RuleArgs& args) {
+  const TensorImpl& x = args.input(0);
+  const TensorImpl& indices = args.input(1);
+  rule_dim("gather", x, args.int_attr("dim"));
+  if (indices.ndim() != x.ndim()) {
+    shape_error("gather: indices must have x's ndim " + std::to_string(x.ndim()) + ", got shape " +
+                shape_text(indices.shape));
+  }
+  return indices.shape;
+}
+
+Dims scatter_rule(const RuleArgs& args) {
+  const std::string& op = args.op.name;
+  const TensorImpl& x = args.input(0);
+  const TensorImpl& indices = args.input(1);
+  const TensorImpl& source = args.input(2);
+  rule_dim(op, x, args.int_attr("dim"));
+  if (indices.ndim() != x.ndim() || source.ndim() != x.ndim()) {
+    shape_error(op + ": x, indices and source must have one ndim, got " + shape_text(x.shape) + ", " +
+                shape_text(indices.shape) + ", " + shape_text(source.shape));
+  }
+  for (size_t d = 0; d < indices.ndim(); ++d) {
+    if (indices.shape[d] > source.shape[d]) {
+      shape_error(op + ": indices " + shape_text(indices.shape) + " must not be larger than source " +
+                  shape_text(source.shape) + " in any dim");
+    }
+  }
+  return x.shape;
+}
+
+Dims index_select_rule(const RuleArgs& args) {
+  const TensorImpl& x = args.input(0);
+  const TensorImpl& indices = args.input(1);
+  if (x.ndim() == 0) shape_error("index_select: x must have at least 1 dim");
+  int64_t dim = rule_dim("index_select", x, args.int_attr("dim"));
+  need_ndim("index_select", "indices", indices, 1);
+  Dims shape = x.shape;
+  shape[dim] = indices.shape[0];
+  return shape;
+}
+
+Dims index_add_rule(const RuleArgs& args) {
+  const TensorImpl& x = args.input(0);
+  const TensorImpl& source = args.input(1);
+  const TensorImpl& indices = args.input(2);
+  int64_t dim = rule_dim("index_add", x, args.int_attr("dim"));
+  need_ndim("index_add", "indices", indices, 1);
+  Dims expected = x.shape;
+  if (!expected.empty()) expected[dim] = indices.shape[0];
+  if (source.shape != expected) {
+    shape_error("index_add: source must have shape " + shape_text(expected) + " (x's with dim " + std::to_string(dim) +
+                " of len(indices)), got " + shape_text(source.shape));
+  }
+  return x.shape;
+}
+
+Dims one_hot_rule(const RuleArgs& args) {
+  int64_t classes = args.int_attr("num_classes");
+  if (classes < 0) shape_error("one_hot: num_classes must be >= 0, got " + std::to_string(classes));
+  return concat_dims(args.input(0).shape, {classes});
+}
+
+Dims triangle_rule(const RuleArgs& args) {
+  const TensorImpl& x = args.input(0);
+  if (x.ndim() < 2) {
+    shape_error(args.op.name + ": x must have at least 2 dims, got shape " + shape_text(x.shape));
+  }
+  return x.shape;
+}
+
+const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
+    {"conv2d", conv2d_rule},
+    {"conv2d_backward_input", conv2d_backward_input_rule},
+    {"conv2d_backward_weight", conv2d_backward_weight_rule},
+    {"max_pool2d", pool_rule},
+    {"avg_pool2d", pool_rule},
+    {"max_pool2d_backward", pool_backward_rule},
+    {"avg_pool2d_backward", pool_backward_rule},
+    {"layer_norm", norm_rule},
+    {"layer_norm_backward_input", norm_rule},
+    {"rms_norm", norm_rule},
+    {"rms_norm_backward_input", norm_rule},
+    {"embedding", embedding_rule},
+    {"cross_entropy", cross_entropy_rule},
+    {"cross_entropy_backward", cross_entropy_backward_rule},
+    {"gather", gather_rule},
+    {"scatter", scatter_rule},
+    {"scatter_add", scatter_rule},
+    {"index_select", index_select_rule},
+    {"index_add", index_add_rule},
+    {"one_hot", one_hot_rule},
+    {"tril", triangle_rule},
+    {"triu", triangle_rule},
+};
+
+}  // namespace
+
+ShapeRuleFn named_shape_rule(const std::string& op_name) {
+  for (auto& [name, rule] : kNamedRules) {
+    if (op_name == name) return rule;
+  }
+  return nullptr;
+}
+
+void infer_shapes(const OpSchema& op, const TensorImpl* const* impls, size_t num_inputs,
                   const CallAttrs& attrs, InferredShapes& shapes) {
   size_t num_outputs = op.num_outputs;
   switch (op.kind) {
@@ -181,17 +488,9 @@ void infer_shapes(const OpSchema& op, PyObject* const* operands, const TensorImp
       break;
     }
     default: {
-      if (op.shape_fn == nullptr) throw py::type_error(op.name + ": no shape rule for kind " + kind_name(op.kind));
-      py::tuple in_tuple(num_inputs);
-      for (size_t k = 0; k < num_inputs; ++k) in_tuple[k] = py::handle(operands[k]);
-      py::object attrs_object = py::reinterpret_steal<py::object>(attrs_dict(op, attrs));
-      py::object returned = py::reinterpret_borrow<py::object>(op.shape_fn)(in_tuple, attrs_object);
-      py::list shape_list(returned);
-      if (shape_list.size() != num_outputs) {
-        throw py::value_error(op.name + ": the shape function returned " + std::to_string(shape_list.size()) +
-                              " shapes for " + std::to_string(num_outputs) + " outputs");
-      }
-      for (size_t k = 0; k < num_outputs; ++k) shapes.out[k] = dims_from(shape_list[k], op.name);
+      if (op.shape_rule == nullptr) throw py::type_error(op.name + ": no shape rule for kind " + kind_name(op.kind));
+      if (num_outputs != 1) throw py::type_error(op.name + ": a named shape rule gives one output");
+      shapes.out[0] = op.shape_rule(RuleArgs{op, impls, num_inputs, attrs});
       break;
     }
   }

@@ -30,8 +30,11 @@ struct InferredShapes {
   bool expanded[kMaxInputs] = {};
 };
 
-// operands: the inputs as tensors (numbers already 0-d tensors), impls their TensorImpls.
-void infer_shapes(const OpSchema& op, PyObject* const* operands, const TensorImpl* const* impls, size_t num_inputs,
-                  const CallAttrs& attrs, InferredShapes& shapes);
+// impls: the inputs (numbers already 0-d tensors; absent optional inputs left out).
+void infer_shapes(const OpSchema& op, const TensorImpl* const* impls, size_t num_inputs, const CallAttrs& attrs,
+                  InferredShapes& shapes);
+
+// The shape rule of an nn/index/misc op by its name (nullptr: none).
+ShapeRuleFn named_shape_rule(const std::string& op_name);
 
 }  // namespace oar

@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>  // in every unit: one set of type casters (ODR)
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,7 @@ class Dims {
   Dims() = default;
   explicit Dims(size_t size, int64_t value = 0) { assign(size, value); }
   Dims(const int64_t* values, size_t size) { assign(values, size); }
+  Dims(std::initializer_list<int64_t> values) { assign(values.begin(), values.size()); }
   Dims(const Dims& other) { assign(other.data(), other.size()); }
   Dims& operator=(const Dims& other) {
     if (this != &other) assign(other.data(), other.size());

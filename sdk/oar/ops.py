@@ -26,7 +26,7 @@ import json
 import os
 from typing import Any
 
-from oar import _C, shapes
+from oar import _C
 
 __all__ = ["names", "schema", "document"]
 
@@ -103,7 +103,6 @@ def _normalize(name: str, spec: dict) -> dict:
         "out_dtype": str(spec["out_dtype"]),
         "broadcast": bool(spec.get("broadcast", False)),
         "nonempty_reduction": _NONEMPTY_PHRASE in str(spec.get("semantics", "")) or name == "argmax",
-        "shape_fn": shapes.SHAPE_FUNCTIONS.get(name),
         "semantics": str(spec.get("semantics", "")),
         "backward": spec.get("backward"),
     }
