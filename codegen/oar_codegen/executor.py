@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import oar
 from oar import _C
 from oar.devices import resolve
-from oar.streams import stream_of_device_name
+from oar.streams import current_stream
 
 from oar_codegen import kernel_cache
 from oar_codegen.fusion import EagerUnit, FusedUnit, Plan
@@ -58,7 +58,7 @@ class Executable:
     def run_units(self, begin: int, end: int, binding: dict[int, int], seen: list) -> None:
         """Run units [begin, end) of the plan: fused kernels on the bound storages, the rest as the
         launches the replay took."""
-        stream = stream_of_device_name(self.device)
+        stream = current_stream(self.device)
         for i in range(begin, end):
             unit = self.plan.units[i]
             if isinstance(unit, EagerUnit):

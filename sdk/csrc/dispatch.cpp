@@ -251,10 +251,10 @@ PyObject* run(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, Ca
   convert_operands(op, inputs, num_inputs, dtypes.compute, device, operands);
   InferredShapes shapes;
   infer_shapes(op, operands.impls, num_inputs, attrs, shapes);
-  std::shared_ptr<Stream> stream = current_stream(device);
+  Stream& stream = current_stream(device);
   py::object outputs[kMaxOutputs];
-  allocate_outputs(op, device, *stream, shapes, dtypes.out, outputs);
-  launch_kernel(op, device, *stream, operands, num_inputs, shapes, outputs, attrs);
+  allocate_outputs(op, device, stream, shapes, dtypes.out, outputs);
+  launch_kernel(op, device, stream, operands, num_inputs, shapes, outputs, attrs);
   record_call(op, operands, num_inputs, outputs, attrs);
   return finish_outputs(op, dtypes, outputs);
 }
@@ -278,11 +278,11 @@ py::object create(const std::string& name, const std::vector<int64_t>& shape, py
   }
   attrs.use_defaults(op);
   DeviceInfo* device = device_info(plugin, index);
-  std::shared_ptr<Stream> stream = current_stream(device);
+  Stream& stream = current_stream(device);
   py::object out = py::reinterpret_steal<py::object>(
-      wrap_tensor(empty_impl(device, Dims(shape.data(), shape.size()), dtype, *stream)));
+      wrap_tensor(empty_impl(device, Dims(shape.data(), shape.size()), dtype, stream)));
   Operand operand{&impl_of(out.ptr()), nullptr, nullptr};
-  launch(op, device, *stream, nullptr, 0, &operand, 1, attrs);
+  launch(op, device, stream, nullptr, 0, &operand, 1, attrs);
   return out;
 }
 
@@ -332,7 +332,7 @@ void register_dispatch(py::module_& module) {
     PyObject* observer = t_launch_observer;  // this launch is the observer's own: not observed
     t_launch_observer = nullptr;
     try {
-      launch(op, device, *current_stream(device), in, kept_in.size(), out, kept_out.size(), call.attrs);
+      launch(op, device, current_stream(device), in, kept_in.size(), out, kept_out.size(), call.attrs);
     } catch (...) {
       t_launch_observer = observer;
       throw;

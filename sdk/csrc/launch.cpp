@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels.hpp"
+#include "python_hooks.hpp"
 
 namespace oar {
 
@@ -49,18 +50,12 @@ py::tuple operand_tensors(const Operand* operands, size_t count) {
   return tuple;
 }
 
-PyObject* g_fallback = nullptr;  // oar.fallback._run
-
 void run_fallback(const OpSchema& op, const Operand* inputs, size_t num_inputs, const Operand* outputs,
                   size_t num_outputs, const CallAttrs& attrs) {
-  if (g_fallback == nullptr) g_fallback = py::object(py::module_::import("oar.fallback").attr("_run")).release().ptr();
   py::tuple in = operand_tensors(inputs, num_inputs);
   py::tuple out = operand_tensors(outputs, num_outputs);
   py::object attrs_object = py::reinterpret_steal<py::object>(attrs_dict(op, attrs));
-  PyObject* args[] = {op.name_str, in.ptr(), out.ptr(), attrs_object.ptr()};
-  PyObject* result = PyObject_Vectorcall(g_fallback, args, 4, nullptr);
-  if (result == nullptr) throw py::error_already_set();
-  Py_DECREF(result);
+  hooks::run_fallback(op.name_str, in.ptr(), out.ptr(), attrs_object.ptr());
 }
 
 void add_note(py::error_already_set& error, const std::string& note) {
@@ -85,19 +80,11 @@ std::string launch_signature(const OpSchema& op, const Operand* inputs, size_t n
 // True when the observer took the launch. fresh_outputs: the outputs were just allocated for it.
 bool observer_takes(const OpSchema& op, const Operand* inputs, size_t num_inputs, const Operand* outputs,
                     size_t num_outputs, const CallAttrs& attrs, bool fresh_outputs) {
-  PyObject* observer = t_launch_observer;
-  Py_INCREF(observer);
-  py::object keep = py::reinterpret_steal<py::object>(observer);
+  py::object observer = py::reinterpret_borrow<py::object>(t_launch_observer);
   py::tuple in = operand_tensors(inputs, num_inputs);
   py::tuple out = operand_tensors(outputs, num_outputs);
   py::object attrs_object = py::reinterpret_steal<py::object>(attrs_dict(op, attrs));
-  PyObject* args[] = {op.name_str, in.ptr(), out.ptr(), attrs_object.ptr(), fresh_outputs ? Py_True : Py_False};
-  PyObject* result = PyObject_Vectorcall(observer, args, 5, nullptr);
-  if (result == nullptr) throw py::error_already_set();
-  int taken = PyObject_IsTrue(result);
-  Py_DECREF(result);
-  if (taken < 0) throw py::error_already_set();
-  return taken == 1;
+  return hooks::observer_takes(observer.ptr(), op.name_str, in.ptr(), out.ptr(), attrs_object.ptr(), fresh_outputs);
 }
 
 }  // namespace

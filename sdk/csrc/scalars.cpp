@@ -187,23 +187,23 @@ void clear_scalar_cache() {
 }
 
 PyObject* scalar_tensor(PyObject* value, ScalarType dtype, DeviceInfo* device) {
-  std::shared_ptr<Stream> stream = current_stream(device);
-  ScalarKey key{device, stream.get(), dtype, scalar_bytes(value, dtype)};
+  Stream& stream = current_stream(device);
+  ScalarKey key{device, &stream, dtype, scalar_bytes(value, dtype)};
   auto& cache = scalar_cache();
   auto found = cache.find(key);
   if (found != cache.end()) {
     Py_INCREF(found->second);
     return found->second;
   }
-  TensorImpl impl = empty_impl(device, Dims(), dtype, *stream);
+  TensorImpl impl = empty_impl(device, Dims(), dtype, stream);
   impl.wrapped_number = true;
   py::bytes host(key.bytes);
   HostBuffer buffer = HostBuffer::borrow(host, false);
-  Plugin& plugin = stream->plugin();
-  plugin.call("memcpy_h2d_async", plugin.table().memcpy_h2d_async, stream->handle(),
+  Plugin& plugin = stream.plugin();
+  plugin.call("memcpy_h2d_async", plugin.table().memcpy_h2d_async, stream.handle(),
               reinterpret_cast<void*>(impl.storage->data()), static_cast<const void*>(buffer.data()),
               key.bytes.size());
-  stream->hold_until_complete(std::move(buffer));
+  stream.hold_until_complete(std::move(buffer));
   PyObject* tensor = wrap_tensor(std::move(impl));
   if (cache.size() >= kScalarCacheLimit) clear_scalar_cache();
   Py_INCREF(tensor);

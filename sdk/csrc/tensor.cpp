@@ -8,6 +8,7 @@
 #include "dispatch.hpp"
 #include "dtypes.hpp"
 #include "host_buffer.hpp"
+#include "python_hooks.hpp"
 
 namespace oar {
 
@@ -27,11 +28,6 @@ constexpr ScalarTypeInfo kScalarInfo[kNumScalarTypes] = {
 };
 
 PyObject* g_dtype_objects[kNumScalarTypes] = {};
-
-py::handle errors_module() {
-  static PyObject* module = py::module_::import("oar.errors").release().ptr();
-  return module;
-}
 
 }  // namespace
 
@@ -126,7 +122,7 @@ void TensorImpl::fill_dl(oar_dl_tensor& out) const {
 // ---- errors -----------------------------------------------------------------------------
 
 void raise_oar(const char* class_name, const std::string& message) {
-  py::object error_class = errors_module().attr(class_name);
+  py::object error_class = hooks::errors().attr(class_name);
   PyErr_SetObject(error_class.ptr(), to_python_text(message).ptr());
   throw py::error_already_set();
 }
@@ -145,102 +141,6 @@ void set_python_error_from_current_exception() {
   } catch (...) {
     PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception in oar._C");
   }
-}
-
-// ---- devices and streams ------------------------------------------------------------------
-
-namespace {
-
-std::map<std::pair<const Plugin*, int32_t>, DeviceInfo*>& device_registry() {
-  static auto* registry = new std::map<std::pair<const Plugin*, int32_t>, DeviceInfo*>();  // leaked: used at exit
-  return *registry;
-}
-
-std::atomic<uint64_t> g_stream_epoch{1};
-
-struct ThreadStreams {
-  uint64_t epoch = 0;
-  std::vector<std::pair<DeviceInfo*, std::weak_ptr<Stream>>> entries;  // weak: never destroys a stream
-};
-thread_local ThreadStreams t_streams;
-
-PyObject* g_stream_of_device_name = nullptr;
-
-}  // namespace
-
-DeviceInfo* device_info(const std::shared_ptr<Plugin>& plugin, int32_t index) {
-  auto key = std::make_pair(static_cast<const Plugin*>(plugin.get()), index);
-  auto& registry = device_registry();
-  auto found = registry.find(key);
-  if (found != registry.end()) {
-    DeviceInfo* info = found->second;
-    if (!info->plugin_weak.expired()) return info;
-    registry.erase(found);  // a new plugin at the address of a dead one: a new entry (the old one leaks)
-  }
-  plugin->check_device(index);
-  auto* info = new DeviceInfo();
-  info->plugin_weak = plugin;
-  info->plugin = plugin.get();
-  info->index = index;
-  info->name = plugin->device_type() + ":" + std::to_string(index);
-  info->name_str = PyUnicode_FromString(info->name.c_str());
-  if (info->name_str == nullptr) throw py::error_already_set();
-  registry[key] = info;
-  return info;
-}
-
-std::shared_ptr<Plugin> plugin_of(const DeviceInfo* device) {
-  std::shared_ptr<Plugin> plugin = device->plugin_weak.lock();
-  if (!plugin) throw_oar_error("the plugin of " + device->name + " is gone");
-  return plugin;
-}
-
-PyObject* device_object(DeviceInfo* device) {
-  if (device->device_object == nullptr) {
-    py::object cls = py::module_::import("oar.devices").attr("device");
-    device->device_object = cls(py::handle(device->name_str)).release().ptr();
-  }
-  return device->device_object;
-}
-
-void bump_stream_epoch() { g_stream_epoch.fetch_add(1, std::memory_order_relaxed); }
-
-std::shared_ptr<Stream> current_stream(DeviceInfo* device) {
-  uint64_t epoch = g_stream_epoch.load(std::memory_order_relaxed);
-  ThreadStreams& cache = t_streams;
-  if (cache.epoch != epoch) {
-    cache.entries.clear();
-    cache.epoch = epoch;
-  }
-  for (auto& entry : cache.entries) {
-    if (entry.first == device) {
-      std::shared_ptr<Stream> stream = entry.second.lock();
-      if (stream && stream->alive()) return stream;
-      break;
-    }
-  }
-  if (g_stream_of_device_name == nullptr) {
-    g_stream_of_device_name = py::object(py::module_::import("oar.streams").attr("stream_of_device_name")).release().ptr();
-  }
-  PyObject* python_stream = PyObject_CallOneArg(g_stream_of_device_name, device->name_str);
-  if (python_stream == nullptr) throw py::error_already_set();
-  py::object owned = py::reinterpret_steal<py::object>(python_stream);
-  auto stream = owned.attr("_c").cast<std::shared_ptr<Stream>>();
-  // Python may have bumped the epoch while creating the stream: read it again.
-  epoch = g_stream_epoch.load(std::memory_order_relaxed);
-  if (cache.epoch != epoch) {
-    cache.entries.clear();
-    cache.epoch = epoch;
-  }
-  bool stored = false;
-  for (auto& entry : cache.entries) {
-    if (entry.first == device) {
-      entry.second = stream;
-      stored = true;
-    }
-  }
-  if (!stored) cache.entries.emplace_back(device, stream);
-  return stream;
 }
 
 // ---- tensors ------------------------------------------------------------------------------
@@ -287,8 +187,8 @@ TensorImpl empty_impl(DeviceInfo* device, const Dims& shape, ScalarType dtype, S
 }
 
 TensorImpl empty_impl(DeviceInfo* device, const Dims& shape, ScalarType dtype) {
-  std::shared_ptr<Stream> stream = current_stream(device);
-  return empty_impl(device, shape, dtype, *stream);
+  Stream& stream = current_stream(device);
+  return empty_impl(device, shape, dtype, stream);
 }
 
 TensorImpl view_impl(const TensorImpl& x, Dims shape, Dims strides, int64_t offset) {
@@ -305,15 +205,13 @@ TensorImpl view_impl(const TensorImpl& x, Dims shape, Dims strides, int64_t offs
 
 namespace {
 thread_local bool t_grad_enabled = true;
-PyObject* g_record_hook = nullptr;  // oar.autograd._record, looked up once
 }  // namespace
 
 thread_local PyObject* t_launch_observer = nullptr;
 
 void notify_host_read(PyObject* tensor) {
   if (t_launch_observer == nullptr) return;
-  py::object observer = py::reinterpret_borrow<py::object>(t_launch_observer);
-  observer.attr("before_host_read")(py::handle(tensor));
+  hooks::observer_before_host_read(t_launch_observer, tensor);
 }
 
 bool grad_enabled() { return t_grad_enabled; }
@@ -328,20 +226,7 @@ bool needs_record(PyObject* const* inputs, size_t count) {
 }
 
 void record(PyObject* op_name, PyObject* inputs_tuple, PyObject* attrs_dict, PyObject* outputs_tuple) {
-  if (g_record_hook == nullptr) {
-    py::object hook;
-    try {
-      hook = py::module_::import("oar.autograd").attr("_record");
-    } catch (py::error_already_set& error) {
-      throw py::import_error("oar.autograd._record is needed to record '" + py::str(op_name).cast<std::string>() +
-                             "' for a tensor that requires grad: " + std::string(error.what()));
-    }
-    g_record_hook = hook.release().ptr();
-  }
-  PyObject* args[] = {op_name, inputs_tuple, attrs_dict, outputs_tuple};
-  PyObject* result = PyObject_Vectorcall(g_record_hook, args, 4, nullptr);
-  if (result == nullptr) throw py::error_already_set();
-  Py_DECREF(result);
+  hooks::record(op_name, inputs_tuple, attrs_dict, outputs_tuple);
 }
 
 // ---- the Python type ---------------------------------------------------------------------------
@@ -681,14 +566,14 @@ void copy_to_host(py::handle tensor, py::handle buffer) {
   HostBuffer host = HostBuffer::borrow(buffer, true);
   std::optional<size_t> size;
   check_host_copy(impl, host, size);
-  std::shared_ptr<Stream> stream = current_stream(impl.device());
-  Plugin& plugin = stream->plugin();
+  Stream& stream = current_stream(impl.device());
+  Plugin& plugin = stream.plugin();
   if (*size > 0) {
     const void* source = reinterpret_cast<const void*>(impl.storage->data() + impl.offset * itemsize(impl.dtype));
-    plugin.call("memcpy_d2h_async", plugin.table().memcpy_d2h_async, stream->handle(), host.data(), source, *size);
-    stream->hold_until_complete(std::move(host));
+    plugin.call("memcpy_d2h_async", plugin.table().memcpy_d2h_async, stream.handle(), host.data(), source, *size);
+    stream.hold_until_complete(std::move(host));
   }
-  stream->synchronize();
+  stream.synchronize();
 }
 
 void copy_from_host(py::handle tensor, py::handle buffer) {
@@ -697,12 +582,12 @@ void copy_from_host(py::handle tensor, py::handle buffer) {
   std::optional<size_t> size;
   check_host_copy(impl, host, size);
   if (*size == 0) return;
-  std::shared_ptr<Stream> stream = current_stream(impl.device());
-  Plugin& plugin = stream->plugin();
+  Stream& stream = current_stream(impl.device());
+  Plugin& plugin = stream.plugin();
   void* target = reinterpret_cast<void*>(impl.storage->data() + impl.offset * itemsize(impl.dtype));
-  plugin.call("memcpy_h2d_async", plugin.table().memcpy_h2d_async, stream->handle(), target,
+  plugin.call("memcpy_h2d_async", plugin.table().memcpy_h2d_async, stream.handle(), target,
               static_cast<const void*>(host.data()), *size);
-  stream->hold_until_complete(std::move(host));
+  stream.hold_until_complete(std::move(host));
 }
 
 py::object empty_tensor(const std::vector<int64_t>& shape, py::handle dtype, const std::shared_ptr<Plugin>& plugin,
@@ -754,8 +639,8 @@ py::object from_dlpack_capsule(py::handle capsule, const std::shared_ptr<Plugin>
   if (source.ndim < 0) throw py::value_error("from_dlpack: negative ndim");
   Dims shape(source.shape, static_cast<size_t>(source.ndim));
   DeviceInfo* device = device_info(plugin, index);
-  std::shared_ptr<Stream> stream = current_stream(device);
-  TensorImpl impl = empty_impl(device, shape, dtype, *stream);
+  Stream& stream = current_stream(device);
+  TensorImpl impl = empty_impl(device, shape, dtype, stream);
   size_t item = itemsize(dtype);
   size_t count = static_cast<size_t>(shape_numel(shape));
   if (count > 0) {
@@ -787,10 +672,10 @@ py::object from_dlpack_capsule(py::handle capsule, const std::shared_ptr<Plugin>
         bytes = gathered.data();
       }
     }
-    Plugin& owner = stream->plugin();
-    owner.call("memcpy_h2d_async", owner.table().memcpy_h2d_async, stream->handle(),
+    Plugin& owner = stream.plugin();
+    owner.call("memcpy_h2d_async", owner.table().memcpy_h2d_async, stream.handle(),
                reinterpret_cast<void*>(impl.storage->data()), static_cast<const void*>(bytes), count * item);
-    stream->synchronize();  // the producer's memory is released right after
+    stream.synchronize();  // the producer's memory is released right after
   }
   return py::reinterpret_steal<py::object>(wrap_tensor(std::move(impl)));
 }
@@ -838,13 +723,6 @@ void register_tensor(py::module_& module) {
   module.def("grad_enabled", &grad_enabled, "Whether ops are recorded for autograd on this thread.");
   module.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"),
              "Turn recording for autograd on or off for the calling thread.");
-  module.def("_set_record_hook", [](py::object hook) {
-    PyObject* old = g_record_hook;
-    g_record_hook = hook.is_none() ? nullptr : hook.release().ptr();
-    Py_XDECREF(old);
-  }, py::arg("hook"), "Replace oar.autograd._record (None: look it up again on next use).");
-  module.def("_stream_epoch_bump", &bump_stream_epoch,
-             "Python's current streams changed: the C++ per-thread cache of current streams is stale.");
   module.def("_empty", &empty_tensor, py::arg("shape"), py::arg("dtype"), py::arg("plugin"), py::arg("device"),
              "An uninitialized contiguous tensor on (plugin, device) from the caching allocator.");
   module.def("_copy_to_host", &copy_to_host, py::arg("tensor"), py::arg("buffer"),

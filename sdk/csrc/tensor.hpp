@@ -158,10 +158,9 @@ struct DeviceInfo {
 DeviceInfo* device_info(const std::shared_ptr<Plugin>& plugin, int32_t index);
 std::shared_ptr<Plugin> plugin_of(const DeviceInfo* device);  // raises OarError once it is gone
 PyObject* device_object(DeviceInfo* device);                   // borrowed
-// The calling thread's current stream of the device (oar.current_stream), cached per thread.
-std::shared_ptr<Stream> current_stream(DeviceInfo* device);
-// Python's streams changed (a `with stream:` block, a new default stream): drop the caches.
-void bump_stream_epoch();
+// The calling thread's current stream of the device: the innermost `with stream:` block's, else
+// the thread's default stream (created on first use). Never calls Python (thread_state.cpp).
+Stream& current_stream(DeviceInfo* device);
 
 // ---- storage and tensors ----------------------------------------------------------
 
@@ -258,5 +257,6 @@ void set_python_error_from_current_exception();
   }
 
 void register_tensor(py::module_& module);
+void register_thread_state(py::module_& module);  // thread_state.cpp
 
 }  // namespace oar

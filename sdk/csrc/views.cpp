@@ -5,6 +5,7 @@
 
 #include "dispatch.hpp"
 #include "launch.hpp"
+#include "python_hooks.hpp"
 #include "scalars.hpp"
 #include "shape_rules.hpp"
 
@@ -293,9 +294,7 @@ void copy_into(const TensorImpl& dst, PyObject* src_object) {
     if (scalar_category(src_object) >= 0) {
       holder = py::reinterpret_steal<py::object>(scalar_tensor(src_object, dst.dtype, device));
     } else {
-      py::object convert = py::module_::import("oar.tensor").attr("to_tensor");
-      holder = convert(py::handle(src_object), py::arg("dtype") = py::handle(dtype_object(dst.dtype)),
-                       py::arg("device") = py::handle(device_object(device)));
+      holder = hooks::to_tensor(src_object, dtype_object(dst.dtype), device_object(device));
     }
     src_object = holder.ptr();
   }
@@ -327,12 +326,12 @@ void copy_into(const TensorImpl& dst, PyObject* src_object) {
     }
   }
   Dims strides = broadcast_strides(*src, dst.shape);
-  std::shared_ptr<Stream> stream = current_stream(device);
+  Stream& stream = current_stream(device);
   Operand in{src, &dst.shape, &strides};
   Operand out{&dst, nullptr, nullptr};
   CallAttrs attrs;
   attrs.use_defaults(*copy);
-  launch(*copy, device, *stream, &in, 1, &out, 1, attrs, /*fresh_outputs=*/false);
+  launch(*copy, device, stream, &in, 1, &out, 1, attrs, /*fresh_outputs=*/false);
   dst.storage->version += 1;
 }
 
