@@ -91,6 +91,48 @@ int64_t shape_numel(const Dims& shape) {
   return count;
 }
 
+int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
+  int64_t product;
+  if (__builtin_mul_overflow(a, b, &product)) {
+    raise_oar("ShapeError", what + ": " + std::to_string(a) + " * " + std::to_string(b) + " overflows int64");
+  }
+  return product;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
+  int64_t sum;
+  if (__builtin_add_overflow(a, b, &sum)) {
+    raise_oar("ShapeError", what + ": " + std::to_string(a) + " + " + std::to_string(b) + " overflows int64");
+  }
+  return sum;
+}
+
+int64_t checked_numel(const Dims& shape, const std::string& what) {
+  int64_t count = 1;
+  bool overflow = false;
+  for (int64_t extent : shape) {
+    if (extent < 0) raise_oar("ShapeError", what + ": negative dimension in shape " + shape_text(shape));
+    overflow = overflow || __builtin_mul_overflow(count, extent, &count);
+  }
+  if (overflow) {
+    // a zero extent makes the product 0 however large the others are
+    for (int64_t extent : shape) {
+      if (extent == 0) return 0;
+    }
+    raise_oar("ShapeError", what + ": the shape " + shape_text(shape) + " has more than 2**63 - 1 elements");
+  }
+  return count;
+}
+
+size_t checked_nbytes(int64_t numel, size_t itemsize, const Dims& shape, const std::string& what) {
+  int64_t nbytes;
+  if (__builtin_mul_overflow(numel, static_cast<int64_t>(itemsize), &nbytes)) {
+    raise_oar("ShapeError", what + ": the shape " + shape_text(shape) + " of " + std::to_string(itemsize) +
+                                "-byte elements needs more than 2**63 - 1 bytes");
+  }
+  return static_cast<size_t>(nbytes);
+}
+
 std::string shape_text(const Dims& shape) {
   std::string text = "(";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
@@ -165,9 +207,8 @@ PyObject* wrap_tensor(TensorImpl&& impl) {
 }
 
 TensorImpl empty_impl(DeviceInfo* device, const Dims& shape, ScalarType dtype, Stream& stream) {
-  for (int64_t extent : shape) {
-    if (extent < 0) raise_oar("ShapeError", "negative dimension in shape " + shape_text(shape));
-  }
+  int64_t numel = checked_numel(shape, "empty");
+  size_t nbytes = checked_nbytes(numel, itemsize(dtype), shape, "empty");
   TensorImpl impl;
   auto storage = std::make_shared<Storage>();
   storage->device = device;
@@ -177,7 +218,7 @@ TensorImpl empty_impl(DeviceInfo* device, const Dims& shape, ScalarType dtype, S
     device->allocator = CachingAllocator::of(*owner, device->index);
   }
   storage->plugin = plugin->shared_from_this();
-  storage->nbytes = static_cast<size_t>(shape_numel(shape)) * itemsize(dtype);
+  storage->nbytes = nbytes;
   storage->block = allocate_owned(device->allocator, storage->nbytes, stream);
   impl.storage = std::move(storage);
   impl.shape = shape;
@@ -605,7 +646,10 @@ py::object as_strided(py::handle tensor, const std::vector<int64_t>& shape, cons
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0 || strides[i] < 0) throw py::value_error("as_strided: negative shape or stride");
     if (shape[i] == 0) last = -1;
-    if (last >= 0) last += (shape[i] - 1) * strides[i];
+  }
+  checked_numel(Dims(shape.data(), shape.size()), "as_strided");
+  for (size_t i = 0; i < shape.size() && last >= 0; ++i) {
+    last = checked_add(last, checked_mul(shape[i] - 1, strides[i], "as_strided"), "as_strided");
   }
   int64_t capacity = static_cast<int64_t>(impl.storage->nbytes / itemsize(impl.dtype));
   if (offset < 0 || last >= capacity) {
@@ -642,7 +686,7 @@ py::object from_dlpack_capsule(py::handle capsule, const std::shared_ptr<Plugin>
   Stream& stream = current_stream(device);
   TensorImpl impl = empty_impl(device, shape, dtype, stream);
   size_t item = itemsize(dtype);
-  size_t count = static_cast<size_t>(shape_numel(shape));
+  size_t count = static_cast<size_t>(impl.numel());  // checked by empty_impl
   if (count > 0) {
     const char* base = static_cast<const char*>(source.data) + source.byte_offset;
     std::vector<char> gathered;

@@ -83,7 +83,9 @@ DeviceStreams& slot_of(DeviceInfo* device) {
   for (DeviceStreams& slot : t_state.devices) {
     if (slot.device == device) return slot;
   }
-  t_state.devices.push_back(DeviceStreams{device});
+  DeviceStreams slot;
+  slot.device = device;
+  t_state.devices.push_back(std::move(slot));
   return t_state.devices.back();
 }
 

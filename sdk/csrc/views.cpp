@@ -109,7 +109,7 @@ Dims resolve_shape(const TensorImpl& x, const Dims& requested, const char* op_na
       shape_error(std::string(op_name) + ": invalid dimension " + std::to_string(shape[d]) + " in " +
                   shape_text(requested));
     } else {
-      known *= shape[d];
+      known = checked_mul(known, shape[d], op_name);
     }
   }
   int64_t numel = x.numel();
@@ -213,6 +213,7 @@ PyObject* expand_impl(PyObject* x, const Dims& requested) {
                   " (dim " + std::to_string(d) + " has size " + std::to_string(have) + ", not 1)");
     }
   }
+  checked_numel(shape, "expand");
   return finish_view("expand", x, view_impl(impl, shape, strides, impl.offset),
                      [&] { return dict_of({{"shape", ints_list(shape)}}); });
 }
