@@ -273,8 +273,7 @@ py::object create(const std::string& name, const std::vector<int64_t>& shape, py
   for (auto [key, value] : kwargs) {
     int k = attr_index(op, key.ptr());
     if (k < 0) throw py::type_error(name + "() got an unexpected attr '" + py::str(key).cast<std::string>() + "'");
-    convert_attr(op, op.attrs[k], value.ptr(), attrs.local[k]);
-    attrs.values[k] = &attrs.local[k];
+    convert_attr(op, op.attrs[k], value.ptr(), attrs.own(k));
   }
   attrs.use_defaults(op);
   DeviceInfo* device = device_info(plugin, index);

@@ -254,8 +254,7 @@ void read_attrs(const OpSchema& op, PyObject* kwargs, CallAttrs& attrs) {
     while (PyDict_Next(kwargs, &pos, &name, &value)) {
       int index = attr_index(op, name);
       if (index < 0) throw py::type_error(op.name + "(): unknown attr " + py::str(name).cast<std::string>());
-      convert_attr(op, op.attrs[index], value, attrs.local[index]);
-      attrs.values[index] = &attrs.local[index];
+      convert_attr(op, op.attrs[index], value, attrs.own(index));
     }
   }
   attrs.use_defaults(op);
@@ -305,15 +304,13 @@ void parse_call(const OpSchema& op, PyObject* const* args, size_t nargs, PyObjec
     }
     size_t direct = gather ? num_attrs - 1 : positional_attrs;
     for (size_t k = 0; k < direct; ++k) {
-      convert_attr(op, op.attrs[k], args[position + k], call.attrs.local[k]);
-      call.attrs.values[k] = &call.attrs.local[k];
+      convert_attr(op, op.attrs[k], args[position + k], call.attrs.own(k));
     }
     if (gather) {
       PyObject* rest = PyList_New(0);
       py::object owned = py::reinterpret_steal<py::object>(rest);
       for (size_t j = position + direct; j < nargs; ++j) PyList_Append(rest, args[j]);
-      convert_attr(op, op.attrs[num_attrs - 1], rest, call.attrs.local[num_attrs - 1]);
-      call.attrs.values[num_attrs - 1] = &call.attrs.local[num_attrs - 1];
+      convert_attr(op, op.attrs[num_attrs - 1], rest, call.attrs.own(num_attrs - 1));
     }
   }
   if (kwnames != nullptr) {
@@ -326,8 +323,7 @@ void parse_call(const OpSchema& op, PyObject* const* args, size_t nargs, PyObjec
         if (call.attrs.values[k] != nullptr) {
           throw py::type_error(op.name + "() got multiple values for attr '" + op.attrs[k].name + "'");
         }
-        convert_attr(op, op.attrs[k], value, call.attrs.local[k]);
-        call.attrs.values[k] = &call.attrs.local[k];
+        convert_attr(op, op.attrs[k], value, call.attrs.own(k));
         continue;
       }
       int input = input_index(op, name);

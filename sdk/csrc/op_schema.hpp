@@ -6,6 +6,7 @@
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
+#include <new>
 #include <string>
 #include <vector>
 
@@ -77,8 +78,31 @@ struct OpSchema {
 // The attrs of a call: each points to the schema's default or to a converted value.
 struct CallAttrs {
   const AttrValue* values[kMaxAttrs] = {};
-  AttrValue local[kMaxAttrs];
+
+  CallAttrs() = default;
+  CallAttrs(const CallAttrs&) = delete;
+  CallAttrs& operator=(const CallAttrs&) = delete;
+  ~CallAttrs() {
+    for (size_t k = 0; k < kMaxAttrs; ++k) {
+      if (constructed_ & (1u << k)) slot(k)->~AttrValue();
+    }
+  }
+  // The call's own value of attr k, for a conversion to fill; values[k] points to it. Built on
+  // first use: a call of defaults only (most calls) constructs no AttrValue.
+  AttrValue& own(size_t k) {
+    if (!(constructed_ & (1u << k))) {
+      new (storage_[k]) AttrValue();
+      constructed_ |= 1u << k;
+    }
+    values[k] = slot(k);
+    return *slot(k);
+  }
   void use_defaults(const OpSchema& op);
+
+ private:
+  AttrValue* slot(size_t k) { return std::launder(reinterpret_cast<AttrValue*>(storage_[k])); }
+  alignas(AttrValue) unsigned char storage_[kMaxAttrs][sizeof(AttrValue)];
+  uint32_t constructed_ = 0;
 };
 
 // A parsed call: its inputs and attrs.

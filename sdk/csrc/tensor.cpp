@@ -92,27 +92,27 @@ int64_t shape_numel(const Dims& shape) {
   return count;
 }
 
-int64_t checked_mul(int64_t a, int64_t b, const std::string& what) {
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
   int64_t product;
   if (__builtin_mul_overflow(a, b, &product)) {
-    raise_oar("ShapeError", what + ": " + std::to_string(a) + " * " + std::to_string(b) + " overflows int64");
+    raise_oar("ShapeError", std::string(what) + ": " + std::to_string(a) + " * " + std::to_string(b) + " overflows int64");
   }
   return product;
 }
 
-int64_t checked_add(int64_t a, int64_t b, const std::string& what) {
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
   int64_t sum;
   if (__builtin_add_overflow(a, b, &sum)) {
-    raise_oar("ShapeError", what + ": " + std::to_string(a) + " + " + std::to_string(b) + " overflows int64");
+    raise_oar("ShapeError", std::string(what) + ": " + std::to_string(a) + " + " + std::to_string(b) + " overflows int64");
   }
   return sum;
 }
 
-int64_t checked_numel(const Dims& shape, const std::string& what) {
+int64_t checked_numel(const Dims& shape, const char* what) {
   int64_t count = 1;
   bool overflow = false;
   for (int64_t extent : shape) {
-    if (extent < 0) raise_oar("ShapeError", what + ": negative dimension in shape " + shape_text(shape));
+    if (extent < 0) raise_oar("ShapeError", std::string(what) + ": negative dimension in shape " + shape_text(shape));
     overflow = overflow || __builtin_mul_overflow(count, extent, &count);
   }
   if (overflow) {
@@ -120,15 +120,15 @@ int64_t checked_numel(const Dims& shape, const std::string& what) {
     for (int64_t extent : shape) {
       if (extent == 0) return 0;
     }
-    raise_oar("ShapeError", what + ": the shape " + shape_text(shape) + " has more than 2**63 - 1 elements");
+    raise_oar("ShapeError", std::string(what) + ": the shape " + shape_text(shape) + " has more than 2**63 - 1 elements");
   }
   return count;
 }
 
-size_t checked_nbytes(int64_t numel, size_t itemsize, const Dims& shape, const std::string& what) {
+size_t checked_nbytes(int64_t numel, size_t itemsize, const Dims& shape, const char* what) {
   int64_t nbytes;
   if (__builtin_mul_overflow(numel, static_cast<int64_t>(itemsize), &nbytes)) {
-    raise_oar("ShapeError", what + ": the shape " + shape_text(shape) + " of " + std::to_string(itemsize) +
+    raise_oar("ShapeError", std::string(what) + ": the shape " + shape_text(shape) + " of " + std::to_string(itemsize) +
                                 "-byte elements needs more than 2**63 - 1 bytes");
   }
   return static_cast<size_t>(nbytes);

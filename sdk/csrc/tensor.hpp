@@ -134,7 +134,7 @@ class Dims {
 
  private:
   size_t size_ = 0;
-  int64_t inline_[kInline] = {0, 0, 0, 0, 0, 0};
+  int64_t inline_[kInline];  // the first size_ are set
   std::vector<int64_t> heap_;
 };
 
@@ -142,12 +142,12 @@ Dims contiguous_strides(const Dims& shape);
 int64_t shape_numel(const Dims& shape);  // of a tensor that exists (its numel fits int64)
 // The element count of a shape about to be made: oar.ShapeError naming `what` for a negative
 // extent or a product past int64.
-int64_t checked_numel(const Dims& shape, const std::string& what);
+int64_t checked_numel(const Dims& shape, const char* what);
 // numel * itemsize in bytes: oar.ShapeError naming `what` past int64.
-size_t checked_nbytes(int64_t numel, size_t itemsize, const Dims& shape, const std::string& what);
+size_t checked_nbytes(int64_t numel, size_t itemsize, const Dims& shape, const char* what);
 // a * b for sizes and offsets: oar.ShapeError naming `what` past int64.
-int64_t checked_mul(int64_t a, int64_t b, const std::string& what);
-int64_t checked_add(int64_t a, int64_t b, const std::string& what);
+int64_t checked_mul(int64_t a, int64_t b, const char* what);
+int64_t checked_add(int64_t a, int64_t b, const char* what);
 std::string shape_text(const Dims& shape);  // "(2, 3)"
 
 // ---- devices and streams ---------------------------------------------------------
