@@ -36,6 +36,16 @@ def median_seconds(run: Callable[[], float | None], repeats: int) -> float:
     return statistics.median(samples)
 
 
+def interleaved_medians(run: Callable[[], float | None], peer: Callable[[], float | None],
+                        repeats: int) -> tuple[float, float]:
+    """Medians of ``repeats`` runs of each, alternating, so drift of a shared machine hits both alike."""
+    ours, theirs = [], []
+    for _ in range(repeats):
+        ours.append(median_seconds(run, 1))
+        theirs.append(median_seconds(peer, 1))
+    return statistics.median(ours), statistics.median(theirs)
+
+
 def report(name: str, ours: float, peer_name: str, peer: float, unit: str, higher_is_better: bool,
            target: float) -> bool:
     """Print the figure, the peer's and the ratio ours/peer; returns whether the target is met."""

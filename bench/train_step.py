@@ -1,6 +1,6 @@
-"""One training step (forward, backward, AdamW) of the Llama-style model on the
-Oar device vs the same model, from the same initial weights, in PyTorch eager
-on the CPU.
+"""One training step (forward, backward, AdamW) of a 2-layer MLP and of the
+Llama-style model on the Oar device vs the same models, from the same initial
+weights, in PyTorch eager on the CPU.
 
     python bench/train_step.py [--device npu] [--repeats 20]
 
@@ -11,8 +11,11 @@ reserved / peak allocated. Checks that both losses agree at step 0.
 
 from __future__ import annotations
 
-import math
 import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch's spinning OpenMP threads distort a shared machine
+
+import math
 import statistics
 import sys
 import time
@@ -129,6 +132,58 @@ def torch_train_step(cfg, x_np, y_np, lr: float, betas, weight_decay: float):
     return step
 
 
+def mlp_steps(oar, dev, lr: float, betas, weight_decay: float):
+    """The 2-layer MLP (Linear 512->1024, GELU, Linear 1024->512, batch 64, MSE loss, AdamW) in
+    oar and in torch from the same weights and data: (oar_step, torch_step), each returning the loss."""
+    rng = np.random.default_rng(0)
+    d_in, d_hidden, batch = 512, 1024, 64
+    x_np = rng.standard_normal((batch, d_in), dtype=np.float32)
+    y_np = rng.standard_normal((batch, d_in), dtype=np.float32)
+    twin = tnn.Sequential(tnn.Linear(d_in, d_hidden), tnn.GELU(), tnn.Linear(d_hidden, d_in))
+    model = oar.nn.Sequential(oar.nn.Linear(d_in, d_hidden), oar.nn.GELU(), oar.nn.Linear(d_hidden, d_in))
+    with oar.no_grad():
+        for (name, ours), (twin_name, theirs) in zip(model.named_parameters(), twin.named_parameters()):
+            assert name == twin_name and tuple(ours.shape) == tuple(theirs.shape), (name, twin_name)
+            ours.copy_(theirs.detach().numpy())
+    model = model.to(dev)
+    opt = oar.optim.AdamW(model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+    twin_opt = torch.optim.AdamW(twin.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+    x, y = oar.tensor(x_np, device=dev), oar.tensor(y_np, device=dev)
+    tx, ty = torch.from_numpy(x_np), torch.from_numpy(y_np)
+
+    def oar_step():
+        opt.zero_grad()
+        loss = oar.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        oar.synchronize(dev)
+        return loss
+
+    def torch_step():
+        twin_opt.zero_grad()
+        loss = TF.mse_loss(twin(tx), ty)
+        loss.backward()
+        twin_opt.step()
+        return loss
+
+    return oar_step, torch_step
+
+
+def compare_steps(name: str, oar_step, torch_step, repeats: int, warmup: int) -> tuple[float, float]:
+    """Step 0's losses agree; then the median step times (ms), oar and torch interleaved."""
+    ours0, theirs0 = float(oar_step().item()), float(torch_step().item())
+    rel = abs(ours0 - theirs0) / abs(theirs0)
+    print(f"{name + ' step-0 loss':<34} oar {ours0:.6f}, torch {theirs0:.6f}, relative diff {rel:.2e} "
+          f"(target <= 1e-4) {'ok' if rel <= 1e-4 else 'MISSED'}")
+    for _ in range(warmup):
+        oar_step(), torch_step()
+    ours_s, theirs_s = [], []
+    for _ in range(repeats):  # interleaved, so drift of the machine hits both alike
+        ours_s.append(_timed(oar_step))
+        theirs_s.append(_timed(torch_step))
+    return statistics.median(ours_s) * 1e3, statistics.median(theirs_s) * 1e3
+
+
 def _timed(step) -> float:
     start = time.perf_counter()
     step()
@@ -144,6 +199,15 @@ def main() -> int:
 
     args = parse_args(__doc__.splitlines()[0])
     dev = select_device(args)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; torch {torch.__version__} with "
+          f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+
+    mlp_oar, mlp_torch = mlp_steps(oar, dev, 1e-3, (0.9, 0.999), 0.01)
+    mlp_repeats = max(args.repeats, 9)
+    ours, theirs = compare_steps("MLP", mlp_oar, mlp_torch, mlp_repeats, warmup=3)
+    print(f"device {dev}, MLP Linear 512->1024, GELU, Linear 1024->512, batch 64, MSE, AdamW; median of "
+          f"{mlp_repeats} steps after 3 warm-up")
+    report("train step MLP 512-1024-512 b64", ours, "torch", theirs, "ms", higher_is_better=False, target=1.2)
     cfg = LlamaConfig(vocab_size=256, d_model=256, n_layers=4, n_heads=4, max_seq_len=128, seed=0)
     batch, seq = 8, 128
     repeats = max(args.repeats, 5)

@@ -1,3 +1,4 @@
+#include "python_hooks.hpp"
 #include "allocator.hpp"
 
 #include <algorithm>
@@ -246,7 +247,7 @@ Block* CachingAllocator::allocate(size_t nbytes, Stream& stream) {
           "), " + format_bytes(s.cached_bytes) + " cached, " + format_bytes(s.pending_free_bytes) +
           " waiting for other streams; " + std::to_string(s.plugin_mallocs) + " plugin mallocs, " +
           std::to_string(s.plugin_frees) + " plugin frees, " + std::to_string(s.oom_retries) + " OOM retries";
-  py::object error = py::module_::import("oar.errors")
+  py::object error = hooks::errors()
                          .attr("device_error")(plugin_->device_type(), plugin_->path(),
                                                failure.kind == Failure::kStatus ? failure.entry : "caching allocator",
                                                static_cast<int>(OAR_ERROR_OUT_OF_MEMORY),

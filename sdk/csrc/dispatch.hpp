@@ -1,7 +1,7 @@
-// Op dispatch: the op schemas of interface/ops.yaml (registered from Python at
-// import), checks, dtype promotion, shape inference, output allocation, the
-// kernel cache, the launch, the host fallback and the autograd hook; the op
-// functions (oar.ops.add, ...) as C callables; views and indexing.
+// Op dispatch: one call of an op of interface/ops.yaml, as its steps: check devices ->
+// promote -> infer shapes -> allocate -> launch -> record. The schemas live in op_schema,
+// the shape rules in shape_rules, the launch in launch, views in views, Tensor's operators
+// in tensor_methods.
 #pragma once
 
 #include <Python.h>
@@ -25,6 +25,15 @@ void add_view_methods(PyTypeObject* type);
 
 // Run the op `name` with positional inputs and keyword attrs (a dict or nullptr). New reference.
 PyObject* call_op(const char* name, std::initializer_list<PyObject*> inputs, PyObject* kwargs = nullptr);
+
+struct OpSchema;
+struct CallAttrs;
+
+// Run op on inputs (tensors, numbers, nullptr for absent optional inputs). New reference.
+PyObject* run(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, CallAttrs& attrs);
+PyObject* call_schema(const OpSchema& op, std::initializer_list<PyObject*> inputs, PyObject* kwargs);
+PyObject* cast_to(PyObject* x, ScalarType dtype);  // the cast op, recorded. New reference.
+PyObject* contiguous_copy(PyObject* x);            // the copy op, recorded. New reference.
 
 void register_dispatch(py::module_& module);
 

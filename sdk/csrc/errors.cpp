@@ -2,16 +2,11 @@
 
 #include <cstring>
 
+#include "python_hooks.hpp"
+
 namespace oar {
 
 namespace {
-
-// oar.errors, imported on first use and kept for the life of the process
-// (leaked on purpose: no Python object may be released after interpreter shutdown).
-py::handle errors_module() {
-  static PyObject* module = py::module_::import("oar.errors").release().ptr();
-  return module;
-}
 
 [[noreturn]] void raise_instance(const py::object& exception) {
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
@@ -49,18 +44,18 @@ std::string status_name(oar_status status) {
 
 void throw_device_error(const std::string& plugin, const std::string& path, const std::string& call,
                         oar_status status, const std::string& plugin_message) {
-  py::object make = errors_module().attr("device_error");
+  py::object make = hooks::errors().attr("device_error");
   raise_instance(make(to_python_text(plugin), to_python_text(path), call, status,
                       status_name(status), to_python_text(plugin_message)));
 }
 
 void throw_plugin_load_error(const std::string& path, const std::string& reason) {
-  py::object error_class = errors_module().attr("PluginLoadError");
+  py::object error_class = hooks::errors().attr("PluginLoadError");
   raise_instance(error_class(to_python_text(path), to_python_text(reason)));
 }
 
 void throw_oar_error(const std::string& message) {
-  py::object error_class = errors_module().attr("OarError");
+  py::object error_class = hooks::errors().attr("OarError");
   raise_instance(error_class(to_python_text(message)));
 }
 

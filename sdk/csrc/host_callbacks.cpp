@@ -1,3 +1,4 @@
+#include "python_hooks.hpp"
 #include "host_callbacks.hpp"
 
 #include <atomic>
@@ -118,9 +119,7 @@ void plugin_log_sink(void* user_data, int32_t level, const char* message) {
     return;
   }
   try {
-    static PyObject* logger =
-        py::module_::import("logging").attr("getLogger")("oar.plugin").release().ptr();
-    py::handle(logger).attr("log")(python_log_level(level), "%s: %s", to_python_text(label),
+    hooks::plugin_logger().attr("log")(python_log_level(level), "%s: %s", to_python_text(label),
                                    to_python_text(text));
   } catch (py::error_already_set& error) {
     error.discard_as_unraisable("oar: forwarding a plugin log message");

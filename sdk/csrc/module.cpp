@@ -10,6 +10,7 @@
 #include "kernels.hpp"
 #include "modules.hpp"
 #include "plugin.hpp"
+#include "python_hooks.hpp"
 #include "streams_events.hpp"
 #include "tensor.hpp"
 
@@ -21,6 +22,8 @@ PYBIND11_MODULE(_C, module) {
   oar::register_device_memory(plugin_class);
   oar::register_kernels(module, plugin_class);
   oar::register_modules(module, plugin_class);
+  oar::hooks::register_hooks(module);
+  oar::register_thread_state(module);
   oar::register_tensor(module);
   oar::register_dispatch(module);
   oar::register_allocator(module);

@@ -1,3 +1,4 @@
+#include "python_hooks.hpp"
 #include "plugin.hpp"
 
 #include <dlfcn.h>
@@ -300,7 +301,7 @@ void Plugin::raise_unusable() const {
 
 void Plugin::check_device(int64_t device) const {
   if (device < 0 || device >= device_count_) {
-    py::object error_class = py::module_::import("oar.errors").attr("InvalidDeviceError");
+    py::object error_class = hooks::errors().attr("InvalidDeviceError");
     std::string message = "device index " + std::to_string(device) + " is out of range: the " + label() +
                           " has " + std::to_string(device_count_) + " device" + (device_count_ == 1 ? "" : "s");
     PyErr_SetObject(error_class.ptr(), py::str(message).ptr());

@@ -6,8 +6,10 @@
 #include <structmember.h>
 
 #include "dispatch.hpp"
+#include "dlpack.hpp"
 #include "dtypes.hpp"
 #include "host_buffer.hpp"
+#include "python_hooks.hpp"
 
 namespace oar {
 
@@ -27,11 +29,6 @@ constexpr ScalarTypeInfo kScalarInfo[kNumScalarTypes] = {
 };
 
 PyObject* g_dtype_objects[kNumScalarTypes] = {};
-
-py::handle errors_module() {
-  static PyObject* module = py::module_::import("oar.errors").release().ptr();
-  return module;
-}
 
 }  // namespace
 
@@ -95,6 +92,48 @@ int64_t shape_numel(const Dims& shape) {
   return count;
 }
 
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t product;
+  if (__builtin_mul_overflow(a, b, &product)) {
+    raise_oar("ShapeError", std::string(what) + ": " + std::to_string(a) + " * " + std::to_string(b) + " overflows int64");
+  }
+  return product;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
+  int64_t sum;
+  if (__builtin_add_overflow(a, b, &sum)) {
+    raise_oar("ShapeError", std::string(what) + ": " + std::to_string(a) + " + " + std::to_string(b) + " overflows int64");
+  }
+  return sum;
+}
+
+int64_t checked_numel(const Dims& shape, const char* what) {
+  int64_t count = 1;
+  bool overflow = false;
+  for (int64_t extent : shape) {
+    if (extent < 0) raise_oar("ShapeError", std::string(what) + ": negative dimension in shape " + shape_text(shape));
+    overflow = overflow || __builtin_mul_overflow(count, extent, &count);
+  }
+  if (overflow) {
+    // a zero extent makes the product 0 however large the others are
+    for (int64_t extent : shape) {
+      if (extent == 0) return 0;
+    }
+    raise_oar("ShapeError", std::string(what) + ": the shape " + shape_text(shape) + " has more than 2**63 - 1 elements");
+  }
+  return count;
+}
+
+size_t checked_nbytes(int64_t numel, size_t itemsize, const Dims& shape, const char* what) {
+  int64_t nbytes;
+  if (__builtin_mul_overflow(numel, static_cast<int64_t>(itemsize), &nbytes)) {
+    raise_oar("ShapeError", std::string(what) + ": the shape " + shape_text(shape) + " of " + std::to_string(itemsize) +
+                                "-byte elements needs more than 2**63 - 1 bytes");
+  }
+  return static_cast<size_t>(nbytes);
+}
+
 std::string shape_text(const Dims& shape) {
   std::string text = "(";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
@@ -126,7 +165,7 @@ void TensorImpl::fill_dl(oar_dl_tensor& out) const {
 // ---- errors -----------------------------------------------------------------------------
 
 void raise_oar(const char* class_name, const std::string& message) {
-  py::object error_class = errors_module().attr(class_name);
+  py::object error_class = hooks::errors().attr(class_name);
   PyErr_SetObject(error_class.ptr(), to_python_text(message).ptr());
   throw py::error_already_set();
 }
@@ -145,102 +184,6 @@ void set_python_error_from_current_exception() {
   } catch (...) {
     PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception in oar._C");
   }
-}
-
-// ---- devices and streams ------------------------------------------------------------------
-
-namespace {
-
-std::map<std::pair<const Plugin*, int32_t>, DeviceInfo*>& device_registry() {
-  static auto* registry = new std::map<std::pair<const Plugin*, int32_t>, DeviceInfo*>();  // leaked: used at exit
-  return *registry;
-}
-
-std::atomic<uint64_t> g_stream_epoch{1};
-
-struct ThreadStreams {
-  uint64_t epoch = 0;
-  std::vector<std::pair<DeviceInfo*, std::weak_ptr<Stream>>> entries;  // weak: never destroys a stream
-};
-thread_local ThreadStreams t_streams;
-
-PyObject* g_stream_of_device_name = nullptr;
-
-}  // namespace
-
-DeviceInfo* device_info(const std::shared_ptr<Plugin>& plugin, int32_t index) {
-  auto key = std::make_pair(static_cast<const Plugin*>(plugin.get()), index);
-  auto& registry = device_registry();
-  auto found = registry.find(key);
-  if (found != registry.end()) {
-    DeviceInfo* info = found->second;
-    if (!info->plugin_weak.expired()) return info;
-    registry.erase(found);  // a new plugin at the address of a dead one: a new entry (the old one leaks)
-  }
-  plugin->check_device(index);
-  auto* info = new DeviceInfo();
-  info->plugin_weak = plugin;
-  info->plugin = plugin.get();
-  info->index = index;
-  info->name = plugin->device_type() + ":" + std::to_string(index);
-  info->name_str = PyUnicode_FromString(info->name.c_str());
-  if (info->name_str == nullptr) throw py::error_already_set();
-  registry[key] = info;
-  return info;
-}
-
-std::shared_ptr<Plugin> plugin_of(const DeviceInfo* device) {
-  std::shared_ptr<Plugin> plugin = device->plugin_weak.lock();
-  if (!plugin) throw_oar_error("the plugin of " + device->name + " is gone");
-  return plugin;
-}
-
-PyObject* device_object(DeviceInfo* device) {
-  if (device->device_object == nullptr) {
-    py::object cls = py::module_::import("oar.devices").attr("device");
-    device->device_object = cls(py::handle(device->name_str)).release().ptr();
-  }
-  return device->device_object;
-}
-
-void bump_stream_epoch() { g_stream_epoch.fetch_add(1, std::memory_order_relaxed); }
-
-std::shared_ptr<Stream> current_stream(DeviceInfo* device) {
-  uint64_t epoch = g_stream_epoch.load(std::memory_order_relaxed);
-  ThreadStreams& cache = t_streams;
-  if (cache.epoch != epoch) {
-    cache.entries.clear();
-    cache.epoch = epoch;
-  }
-  for (auto& entry : cache.entries) {
-    if (entry.first == device) {
-      std::shared_ptr<Stream> stream = entry.second.lock();
-      if (stream && stream->alive()) return stream;
-      break;
-    }
-  }
-  if (g_stream_of_device_name == nullptr) {
-    g_stream_of_device_name = py::object(py::module_::import("oar.streams").attr("stream_of_device_name")).release().ptr();
-  }
-  PyObject* python_stream = PyObject_CallOneArg(g_stream_of_device_name, device->name_str);
-  if (python_stream == nullptr) throw py::error_already_set();
-  py::object owned = py::reinterpret_steal<py::object>(python_stream);
-  auto stream = owned.attr("_c").cast<std::shared_ptr<Stream>>();
-  // Python may have bumped the epoch while creating the stream: read it again.
-  epoch = g_stream_epoch.load(std::memory_order_relaxed);
-  if (cache.epoch != epoch) {
-    cache.entries.clear();
-    cache.epoch = epoch;
-  }
-  bool stored = false;
-  for (auto& entry : cache.entries) {
-    if (entry.first == device) {
-      entry.second = stream;
-      stored = true;
-    }
-  }
-  if (!stored) cache.entries.emplace_back(device, stream);
-  return stream;
 }
 
 // ---- tensors ------------------------------------------------------------------------------
@@ -265,9 +208,8 @@ PyObject* wrap_tensor(TensorImpl&& impl) {
 }
 
 TensorImpl empty_impl(DeviceInfo* device, const Dims& shape, ScalarType dtype, Stream& stream) {
-  for (int64_t extent : shape) {
-    if (extent < 0) raise_oar("ShapeError", "negative dimension in shape " + shape_text(shape));
-  }
+  int64_t numel = checked_numel(shape, "empty");
+  size_t nbytes = checked_nbytes(numel, itemsize(dtype), shape, "empty");
   TensorImpl impl;
   auto storage = std::make_shared<Storage>();
   storage->device = device;
@@ -277,7 +219,7 @@ TensorImpl empty_impl(DeviceInfo* device, const Dims& shape, ScalarType dtype, S
     device->allocator = CachingAllocator::of(*owner, device->index);
   }
   storage->plugin = plugin->shared_from_this();
-  storage->nbytes = static_cast<size_t>(shape_numel(shape)) * itemsize(dtype);
+  storage->nbytes = nbytes;
   storage->block = allocate_owned(device->allocator, storage->nbytes, stream);
   impl.storage = std::move(storage);
   impl.shape = shape;
@@ -287,8 +229,8 @@ TensorImpl empty_impl(DeviceInfo* device, const Dims& shape, ScalarType dtype, S
 }
 
 TensorImpl empty_impl(DeviceInfo* device, const Dims& shape, ScalarType dtype) {
-  std::shared_ptr<Stream> stream = current_stream(device);
-  return empty_impl(device, shape, dtype, *stream);
+  Stream& stream = current_stream(device);
+  return empty_impl(device, shape, dtype, stream);
 }
 
 TensorImpl view_impl(const TensorImpl& x, Dims shape, Dims strides, int64_t offset) {
@@ -305,15 +247,13 @@ TensorImpl view_impl(const TensorImpl& x, Dims shape, Dims strides, int64_t offs
 
 namespace {
 thread_local bool t_grad_enabled = true;
-PyObject* g_record_hook = nullptr;  // oar.autograd._record, looked up once
 }  // namespace
 
 thread_local PyObject* t_launch_observer = nullptr;
 
 void notify_host_read(PyObject* tensor) {
   if (t_launch_observer == nullptr) return;
-  py::object observer = py::reinterpret_borrow<py::object>(t_launch_observer);
-  observer.attr("before_host_read")(py::handle(tensor));
+  hooks::observer_before_host_read(t_launch_observer, tensor);
 }
 
 bool grad_enabled() { return t_grad_enabled; }
@@ -328,20 +268,7 @@ bool needs_record(PyObject* const* inputs, size_t count) {
 }
 
 void record(PyObject* op_name, PyObject* inputs_tuple, PyObject* attrs_dict, PyObject* outputs_tuple) {
-  if (g_record_hook == nullptr) {
-    py::object hook;
-    try {
-      hook = py::module_::import("oar.autograd").attr("_record");
-    } catch (py::error_already_set& error) {
-      throw py::import_error("oar.autograd._record is needed to record '" + py::str(op_name).cast<std::string>() +
-                             "' for a tensor that requires grad: " + std::string(error.what()));
-    }
-    g_record_hook = hook.release().ptr();
-  }
-  PyObject* args[] = {op_name, inputs_tuple, attrs_dict, outputs_tuple};
-  PyObject* result = PyObject_Vectorcall(g_record_hook, args, 4, nullptr);
-  if (result == nullptr) throw py::error_already_set();
-  Py_DECREF(result);
+  hooks::record(op_name, inputs_tuple, attrs_dict, outputs_tuple);
 }
 
 // ---- the Python type ---------------------------------------------------------------------------
@@ -564,71 +491,6 @@ PyObject* method_bump_version(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
-// ---- DLPack ----
-
-struct DLManaged {  // DLManagedTensor (legacy, unversioned) of dlpack.h
-  oar_dl_tensor dl_tensor;
-  void* manager_ctx;
-  void (*deleter)(DLManaged* self);
-};
-
-struct DLExport {
-  DLManaged managed;
-  TensorImpl impl;
-};
-
-void dl_export_delete(DLManaged* managed) { delete static_cast<DLExport*>(managed->manager_ctx); }
-
-void dl_capsule_destructor(PyObject* capsule) {
-  if (!PyCapsule_IsValid(capsule, "dltensor")) return;  // consumed ("used_dltensor"): the consumer deletes it
-  auto* managed = static_cast<DLManaged*>(PyCapsule_GetPointer(capsule, "dltensor"));
-  if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
-}
-
-PyObject* method_dlpack(PyObject* self, PyObject* args, PyObject* kwargs) {
-  OAR_TRY
-  static const char* keywords[] = {"stream", "max_version", "dl_device", "copy", nullptr};
-  PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOO", const_cast<char**>(keywords), &stream, &max_version,
-                                   &dl_device, &copy)) {
-    return nullptr;
-  }
-  const TensorImpl& impl = as_tensor(self)->impl;
-  if (dl_device != Py_None) {
-    py::tuple wanted = py::reinterpret_borrow<py::object>(dl_device).cast<py::tuple>();
-    int type = wanted[0].cast<int>();
-    int id = wanted[1].cast<int>();
-    if (type != OAR_DL_EXT_DEV || id != impl.device()->index) {
-      PyErr_Format(PyExc_BufferError,
-                   "this oar tensor lives in the memory of %s (DLPack kDLExtDev, device %d), which a consumer "
-                   "asking for DLPack device (%d, %d) cannot read and oar does not copy through DLPack: use "
-                   "t.numpy() for a host copy",
-                   impl.device()->name.c_str(), impl.device()->index, type, id);
-      return nullptr;
-    }
-  }
-  if (copy == Py_True) {
-    PyErr_SetString(PyExc_BufferError, "oar exports device tensors without copying: use t.clone() or t.numpy()");
-    return nullptr;
-  }
-  auto* exported = new DLExport();
-  exported->impl = view_impl(impl, impl.shape, impl.strides, impl.offset);
-  exported->impl.fill_dl(exported->managed.dl_tensor);
-  exported->managed.manager_ctx = exported;
-  exported->managed.deleter = dl_export_delete;
-  PyObject* capsule = PyCapsule_New(&exported->managed, "dltensor", dl_capsule_destructor);
-  if (capsule == nullptr) {
-    delete exported;
-    return nullptr;
-  }
-  return capsule;
-  OAR_CATCH(nullptr)
-}
-
-PyObject* method_dlpack_device(PyObject* self, PyObject*) {
-  return Py_BuildValue("(ii)", static_cast<int>(OAR_DL_EXT_DEV), as_tensor(self)->impl.device()->index);
-}
-
 PyMethodDef tensor_methods[] = {
     {"numel", method_numel, METH_NOARGS, "Number of elements."},
     {"dim", method_dim, METH_NOARGS, "Number of dimensions."},
@@ -681,14 +543,14 @@ void copy_to_host(py::handle tensor, py::handle buffer) {
   HostBuffer host = HostBuffer::borrow(buffer, true);
   std::optional<size_t> size;
   check_host_copy(impl, host, size);
-  std::shared_ptr<Stream> stream = current_stream(impl.device());
-  Plugin& plugin = stream->plugin();
+  Stream& stream = current_stream(impl.device());
+  Plugin& plugin = stream.plugin();
   if (*size > 0) {
     const void* source = reinterpret_cast<const void*>(impl.storage->data() + impl.offset * itemsize(impl.dtype));
-    plugin.call("memcpy_d2h_async", plugin.table().memcpy_d2h_async, stream->handle(), host.data(), source, *size);
-    stream->hold_until_complete(std::move(host));
+    plugin.call("memcpy_d2h_async", plugin.table().memcpy_d2h_async, stream.handle(), host.data(), source, *size);
+    stream.hold_until_complete(std::move(host));
   }
-  stream->synchronize();
+  stream.synchronize();
 }
 
 void copy_from_host(py::handle tensor, py::handle buffer) {
@@ -697,12 +559,12 @@ void copy_from_host(py::handle tensor, py::handle buffer) {
   std::optional<size_t> size;
   check_host_copy(impl, host, size);
   if (*size == 0) return;
-  std::shared_ptr<Stream> stream = current_stream(impl.device());
-  Plugin& plugin = stream->plugin();
+  Stream& stream = current_stream(impl.device());
+  Plugin& plugin = stream.plugin();
   void* target = reinterpret_cast<void*>(impl.storage->data() + impl.offset * itemsize(impl.dtype));
-  plugin.call("memcpy_h2d_async", plugin.table().memcpy_h2d_async, stream->handle(), target,
+  plugin.call("memcpy_h2d_async", plugin.table().memcpy_h2d_async, stream.handle(), target,
               static_cast<const void*>(host.data()), *size);
-  stream->hold_until_complete(std::move(host));
+  stream.hold_until_complete(std::move(host));
 }
 
 py::object empty_tensor(const std::vector<int64_t>& shape, py::handle dtype, const std::shared_ptr<Plugin>& plugin,
@@ -720,7 +582,10 @@ py::object as_strided(py::handle tensor, const std::vector<int64_t>& shape, cons
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0 || strides[i] < 0) throw py::value_error("as_strided: negative shape or stride");
     if (shape[i] == 0) last = -1;
-    if (last >= 0) last += (shape[i] - 1) * strides[i];
+  }
+  checked_numel(Dims(shape.data(), shape.size()), "as_strided");
+  for (size_t i = 0; i < shape.size() && last >= 0; ++i) {
+    last = checked_add(last, checked_mul(shape[i] - 1, strides[i], "as_strided"), "as_strided");
   }
   int64_t capacity = static_cast<int64_t>(impl.storage->nbytes / itemsize(impl.dtype));
   if (offset < 0 || last >= capacity) {
@@ -729,70 +594,6 @@ py::object as_strided(py::handle tensor, const std::vector<int64_t>& shape, cons
   }
   return py::reinterpret_steal<py::object>(wrap_tensor(
       view_impl(impl, Dims(shape.data(), shape.size()), Dims(strides.data(), strides.size()), offset)));
-}
-
-// Import a host DLPack capsule (kDLCPU) by copying it to the device.
-py::object from_dlpack_capsule(py::handle capsule, const std::shared_ptr<Plugin>& plugin, int32_t index) {
-  if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
-    throw py::type_error("from_dlpack: expected an unconsumed 'dltensor' capsule");
-  }
-  auto* managed = static_cast<DLManaged*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
-  // Consumed from here on: we call the deleter.
-  if (PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw py::error_already_set();
-  struct Release {
-    DLManaged* managed;
-    ~Release() {
-      if (managed->deleter != nullptr) managed->deleter(managed);
-    }
-  } release{managed};
-  const oar_dl_tensor& source = managed->dl_tensor;
-  if (source.device.device_type != OAR_DL_CPU) {
-    throw py::buffer_error("from_dlpack: only host memory (kDLCPU) can be imported, not device type " +
-                           std::to_string(source.device.device_type));
-  }
-  ScalarType dtype = scalar_type_from_dl(source.dtype, "from_dlpack");
-  if (source.ndim < 0) throw py::value_error("from_dlpack: negative ndim");
-  Dims shape(source.shape, static_cast<size_t>(source.ndim));
-  DeviceInfo* device = device_info(plugin, index);
-  std::shared_ptr<Stream> stream = current_stream(device);
-  TensorImpl impl = empty_impl(device, shape, dtype, *stream);
-  size_t item = itemsize(dtype);
-  size_t count = static_cast<size_t>(shape_numel(shape));
-  if (count > 0) {
-    const char* base = static_cast<const char*>(source.data) + source.byte_offset;
-    std::vector<char> gathered;
-    const char* bytes = base;
-    bool dense = source.strides == nullptr;
-    if (!dense) {
-      Dims strides(source.strides, shape.size());
-      TensorImpl probe;
-      probe.shape = shape;
-      probe.strides = strides;
-      dense = probe.is_contiguous();
-      if (!dense) {
-        for (size_t d = 0; d < shape.size(); ++d) {
-          if (strides[d] < 0) throw py::value_error("from_dlpack: negative strides are not supported");
-        }
-        gathered.resize(count * item);
-        std::vector<int64_t> position(shape.size(), 0);
-        for (size_t n = 0; n < count; ++n) {
-          int64_t element = 0;
-          for (size_t d = 0; d < shape.size(); ++d) element += position[d] * strides[d];
-          std::memcpy(gathered.data() + n * item, base + element * static_cast<int64_t>(item), item);
-          for (size_t d = shape.size(); d-- > 0;) {
-            if (++position[d] < shape[d]) break;
-            position[d] = 0;
-          }
-        }
-        bytes = gathered.data();
-      }
-    }
-    Plugin& owner = stream->plugin();
-    owner.call("memcpy_h2d_async", owner.table().memcpy_h2d_async, stream->handle(),
-               reinterpret_cast<void*>(impl.storage->data()), static_cast<const void*>(bytes), count * item);
-    stream->synchronize();  // the producer's memory is released right after
-  }
-  return py::reinterpret_steal<py::object>(wrap_tensor(std::move(impl)));
 }
 
 }  // namespace
@@ -838,13 +639,6 @@ void register_tensor(py::module_& module) {
   module.def("grad_enabled", &grad_enabled, "Whether ops are recorded for autograd on this thread.");
   module.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"),
              "Turn recording for autograd on or off for the calling thread.");
-  module.def("_set_record_hook", [](py::object hook) {
-    PyObject* old = g_record_hook;
-    g_record_hook = hook.is_none() ? nullptr : hook.release().ptr();
-    Py_XDECREF(old);
-  }, py::arg("hook"), "Replace oar.autograd._record (None: look it up again on next use).");
-  module.def("_stream_epoch_bump", &bump_stream_epoch,
-             "Python's current streams changed: the C++ per-thread cache of current streams is stale.");
   module.def("_empty", &empty_tensor, py::arg("shape"), py::arg("dtype"), py::arg("plugin"), py::arg("device"),
              "An uninitialized contiguous tensor on (plugin, device) from the caching allocator.");
   module.def("_copy_to_host", &copy_to_host, py::arg("tensor"), py::arg("buffer"),

@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>  // in every unit: one set of type casters (ODR)
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,7 @@ class Dims {
   Dims() = default;
   explicit Dims(size_t size, int64_t value = 0) { assign(size, value); }
   Dims(const int64_t* values, size_t size) { assign(values, size); }
+  Dims(std::initializer_list<int64_t> values) { assign(values.begin(), values.size()); }
   Dims(const Dims& other) { assign(other.data(), other.size()); }
   Dims& operator=(const Dims& other) {
     if (this != &other) assign(other.data(), other.size());
@@ -132,12 +134,20 @@ class Dims {
 
  private:
   size_t size_ = 0;
-  int64_t inline_[kInline] = {0, 0, 0, 0, 0, 0};
+  int64_t inline_[kInline];  // the first size_ are set
   std::vector<int64_t> heap_;
 };
 
 Dims contiguous_strides(const Dims& shape);
-int64_t shape_numel(const Dims& shape);
+int64_t shape_numel(const Dims& shape);  // of a tensor that exists (its numel fits int64)
+// The element count of a shape about to be made: oar.ShapeError naming `what` for a negative
+// extent or a product past int64.
+int64_t checked_numel(const Dims& shape, const char* what);
+// numel * itemsize in bytes: oar.ShapeError naming `what` past int64.
+size_t checked_nbytes(int64_t numel, size_t itemsize, const Dims& shape, const char* what);
+// a * b for sizes and offsets: oar.ShapeError naming `what` past int64.
+int64_t checked_mul(int64_t a, int64_t b, const char* what);
+int64_t checked_add(int64_t a, int64_t b, const char* what);
 std::string shape_text(const Dims& shape);  // "(2, 3)"
 
 // ---- devices and streams ---------------------------------------------------------
@@ -156,10 +166,9 @@ struct DeviceInfo {
 DeviceInfo* device_info(const std::shared_ptr<Plugin>& plugin, int32_t index);
 std::shared_ptr<Plugin> plugin_of(const DeviceInfo* device);  // raises OarError once it is gone
 PyObject* device_object(DeviceInfo* device);                   // borrowed
-// The calling thread's current stream of the device (oar.current_stream), cached per thread.
-std::shared_ptr<Stream> current_stream(DeviceInfo* device);
-// Python's streams changed (a `with stream:` block, a new default stream): drop the caches.
-void bump_stream_epoch();
+// The calling thread's current stream of the device: the innermost `with stream:` block's, else
+// the thread's default stream (created on first use). Never calls Python (thread_state.cpp).
+Stream& current_stream(DeviceInfo* device);
 
 // ---- storage and tensors ----------------------------------------------------------
 
@@ -221,6 +230,12 @@ TensorImpl view_impl(const TensorImpl& x, Dims shape, Dims strides, int64_t offs
 
 bool grad_enabled();
 void set_grad_enabled(bool enabled);
+// Grad mode off for a scope (C++'s oar.no_grad()).
+struct NoGradGuard {
+  bool previous;
+  NoGradGuard() : previous(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(previous); }
+};
 // oar.autograd._record(op, inputs, attrs, outputs) when grad is on and an input requires grad.
 bool needs_record(PyObject* const* inputs, size_t count);
 void record(PyObject* op_name, PyObject* inputs_tuple, PyObject* attrs_dict, PyObject* outputs_tuple);
@@ -250,5 +265,6 @@ void set_python_error_from_current_exception();
   }
 
 void register_tensor(py::module_& module);
+void register_thread_state(py::module_& module);  // thread_state.cpp
 
 }  // namespace oar

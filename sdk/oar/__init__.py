@@ -89,6 +89,22 @@ from oar.autograd import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from oar import nn, optim  # noqa: E402
 from oar.checkpoint import CheckpointError, load, save  # noqa: E402
 
+# ---- the Python functions the C++ core calls, installed once ----
+def _install_core_hooks() -> None:
+    import logging
+
+    from oar import errors as _errors
+    from oar.devices import device as _device
+    from oar.fallback import _run as _fallback_run
+    from oar.tensor import to_tensor as _to_tensor
+
+    _C._install_hooks(errors=_errors, record=autograd._record, fallback=_fallback_run, device=_device,
+                      wrap_stream=Stream._wrap, to_tensor=_to_tensor,
+                      plugin_logger=logging.getLogger("oar.plugin"))
+
+
+_install_core_hooks()
+
 __all__ += ["CheckpointError", "autograd", "enable_grad", "is_grad_enabled", "load", "nn", "no_grad", "optim",
             "save", "set_grad_enabled"]
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import re
-import threading
 from typing import Any, NamedTuple, Union
 
-from oar import plugin_manager
+from oar import _C, plugin_manager
 from oar.errors import InvalidDeviceError
 
 __all__ = [
@@ -65,7 +64,19 @@ class device:
 
 DeviceLike = Union[str, device, None]
 
-_thread_state = threading.local()
+class _ThreadState:
+    """The calling thread's current device, kept by the C++ core (``_thread_state.device``)."""
+
+    @property
+    def device(self) -> "device | None":
+        return _C._current_device()
+
+    @device.setter
+    def device(self, value: "device | None") -> None:
+        _C._set_current_device(value)
+
+
+_thread_state = _ThreadState()
 
 
 def resolve(spec: DeviceLike = None) -> tuple[Any, device]:
@@ -98,14 +109,14 @@ def set_device(spec: Union[str, device]) -> device:
     """Make spec ("npu:1", or "npu" for npu:0) the calling thread's current device."""
     plugin, dev = resolve(spec)
     plugin.set_device(dev.index)
-    _thread_state.device = dev
+    _C._set_current_device(dev)
     return dev
 
 
 def get_device() -> device:
     """The calling thread's current device: the last set_device of this thread, else the
     default device (index 0 of the first loaded plugin that has a device)."""
-    current = getattr(_thread_state, "device", None)
+    current = _C._current_device()
     return current if current is not None else _default_device()
 
 

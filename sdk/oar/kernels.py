@@ -9,7 +9,7 @@ import numpy as np
 
 from oar import _C
 from oar.devices import DeviceLike, resolve
-from oar.streams import Stream, stream_of_device_name
+from oar.streams import Stream, current_stream
 
 __all__ = [
     "TensorDesc", "DataType", "Attrs", "TypedAttr", "Kernel",
@@ -39,7 +39,7 @@ def kernel_launch(kernel: Kernel, inputs: Sequence[TensorDesc], outputs: Sequenc
     For the least overhead keep the TensorDesc lists (and an Attrs) and call
     ``oar._C.kernel_launch(stream._c, kernel, inputs, outputs, attrs)`` directly."""
     if stream is None:
-        stream = stream_of_device_name(kernel.device_name)
+        stream = current_stream(kernel.device_name)
     _C.kernel_launch(stream._c, kernel, inputs, outputs, attrs)
 
 
@@ -74,7 +74,7 @@ def launch(function: "_C.Function", grid: int | Sequence[int], block: int | Sequ
     Arguments: DeviceBuffers, numpy scalars (passed by value), bytes, or (kind, value)."""
     module = function.module
     if stream is None:
-        stream = stream_of_device_name(f"{module.plugin.device_type}:{module.device}")
+        stream = current_stream(f"{module.plugin.device_type}:{module.device}")
     # (kind, value) tuples as they are: oar.compile's fused kernels launch through here
     module.plugin.launch(stream._c, function, grid, block, [a if type(a) is tuple else _kernel_arg(a) for a in args],
                          shared_memory_bytes)

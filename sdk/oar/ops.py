@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import oar_opset
 
-from oar import _C, shapes
+from oar import _C
 
 __all__ = ["names", "schema", "opset"]
 
@@ -54,7 +54,6 @@ def _record(op: oar_opset.Op) -> dict:
         "out_dtype": op.out_dtype,
         "broadcast": op.broadcast,
         "nonempty_reduction": op.nonempty_reduction,
-        "shape_fn": shapes.SHAPE_FUNCTIONS.get(op.name),  # TEMPORARY: until C++ infers every op's shape (shapes.py goes)
         "semantics": op.semantics,
         "backward": dict(op.backward) or None,
     }

@@ -21,6 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
+from oar import _C
+
 __all__: list[str] = []  # filled below: every op function
 
 _MASK32 = 0xFFFFFFFF
@@ -84,21 +86,17 @@ def _numel(shape: Sequence[int]) -> int:
 
 # ---- output dtypes: ops.yaml's out_dtype rules ----------------------------------------------------
 
-# (category, width): bool < integers < floats, then by width; float16 with bfloat16 gives float32.
-_PROMOTION_ORDER = {"bool": (0, 8), "int8": (1, 8), "int16": (1, 16), "int32": (1, 32), "int64": (1, 64),
-                    "float16": (2, 16), "bfloat16": (2, 16), "float32": (2, 32), "float64": (2, 64)}
 _FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
 
 
 def _promote(dtypes: Sequence[str]) -> str:
+    """The promotion of dtype names, by the runtime's own rule (_C._promote_types)."""
     result = None
     for name in dtypes:
-        if name not in _PROMOTION_ORDER:
-            raise ValueError(f"unknown dtype {name!r}")
-        if result is None or _PROMOTION_ORDER[name] > _PROMOTION_ORDER[result]:
-            result = name
-        elif name != result and _PROMOTION_ORDER[name] == _PROMOTION_ORDER[result]:
-            result = "float32"
+        try:
+            result = _C._promote_types(name if result is None else result, name)
+        except TypeError:
+            raise ValueError(f"unknown dtype {name!r}") from None
     if result is None:
         raise ValueError("no data input to take a dtype from")
     return result
@@ -124,8 +122,10 @@ def output_dtype(rule: str, dtypes: Sequence[str], dtype_attr: str | None = None
         if dtype_attr is None:
             raise ValueError("out_dtype attr: no dtype attr given")
         return str(dtype_attr)
-    if rule in _PROMOTION_ORDER:
-        return rule
+    try:
+        return _C._promote_types(rule, rule)  # a dtype name itself
+    except TypeError:
+        pass
     raise ValueError(f"unknown out_dtype rule {rule!r}")
 
 
@@ -535,8 +535,8 @@ def _conv_geometry(h, w, kh, kw, stride, padding, dilation):
     sh, sw = _pair(stride)
     ph, pw = _pair(padding)
     dh, dw = _pair(dilation)
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    oh = _C._window_output_size(h, kh, sh, ph, dh)
+    ow = _C._window_output_size(w, kw, sw, pw, dw)
     return sh, sw, ph, pw, dh, dw, oh, ow
 
 
@@ -603,8 +603,8 @@ def _pool_geometry(x, kernel_size, stride, padding):
     sh, sw = _pair(stride, default=(kh, kw))
     ph, pw = _pair(padding)
     n, c, h, w = x.shape
-    oh = (h + 2 * ph - kh) // sh + 1
-    ow = (w + 2 * pw - kw) // sw + 1
+    oh = _C._window_output_size(h, kh, sh, ph)
+    ow = _C._window_output_size(w, kw, sw, pw)
     return kh, kw, sh, sw, ph, pw, oh, ow
 
 

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
 
-from oar import _C, devices
+from oar import _C
 from oar.devices import DeviceLike, device, resolve
 
 __all__ = ["Stream", "Event", "current_stream", "default_stream", "EVENT_TIMING", "EVENT_BLOCKING_SYNC"]
 
 EVENT_TIMING = 1  # OAR_EVENT_TIMING
 EVENT_BLOCKING_SYNC = 2  # OAR_EVENT_BLOCKING_SYNC
-
-
-class _ThreadStreams(threading.local):
-    # Keyed by the device's name, "npu:0": str hashing is cached, which keeps launches cheap.
-    def __init__(self) -> None:
-        self.default: dict[str, Stream] = {}  # created lazily, one per device
-        self.current: dict[str, Stream] = {}  # set by `with stream:`
-        self.entered: list[tuple[str, Stream | None, device | None]] = []
-
-
-_streams = _ThreadStreams()
 
 
 class Stream:
@@ -40,6 +28,16 @@ class Stream:
         self.device = dev
         self._name = str(dev)
         self._c = _C.Stream(plugin, dev.index, priority)
+
+    @classmethod
+    def _wrap(cls, c_stream: Any) -> "Stream":
+        """The Stream of a C++ stream the core created (a thread's default stream)."""
+        stream = cls.__new__(cls)
+        stream.plugin = c_stream.plugin
+        stream.device = device(c_stream.plugin.device_type, c_stream.device)
+        stream._name = str(stream.device)
+        stream._c = c_stream
+        return stream
 
     @property
     def priority(self) -> int:
@@ -83,21 +81,11 @@ class Stream:
         self._c.destroy()
 
     def __enter__(self) -> "Stream":
-        previous_device = getattr(devices._thread_state, "device", None)
-        _streams.entered.append((self._name, _streams.current.get(self._name), previous_device))
-        _streams.current[self._name] = self
-        devices._thread_state.device = self.device
-        _C._stream_epoch_bump()
+        _C._enter_stream(self, self._c, self.device)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        dev, previous_stream, previous_device = _streams.entered.pop()
-        if previous_stream is None:
-            _streams.current.pop(dev, None)
-        else:
-            _streams.current[dev] = previous_stream
-        devices._thread_state.device = previous_device
-        _C._stream_epoch_bump()
+        _C._exit_stream()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Stream) and other._c is self._c
@@ -112,40 +100,21 @@ class Stream:
 
 def default_stream(device: DeviceLike = None) -> Stream:
     """The calling thread's own stream of the device, created on first use."""
-    _, dev = resolve(device)
-    return _default_stream_of(str(dev))
-
-
-def _default_stream_of(name: str) -> Stream:
-    stream = _streams.default.get(name)
-    if stream is None or not stream._c.alive:
-        stream = Stream(name)
-        _streams.default[name] = stream
-        _C._stream_epoch_bump()  # the C++ core caches current streams per thread
-    return stream
-
-
-def stream_of_device_name(name: str) -> Stream:
-    """current_stream for a resolved device name ("npu:0"): the launch fast path."""
-    stream = _streams.current.get(name)
-    if stream is None:
-        stream = _streams.default.get(name)
-        if stream is None or not stream._c.alive:
-            stream = _default_stream_of(name)
-    return stream
+    plugin, dev = resolve(device)
+    return _C._default_stream(plugin, dev.index)
 
 
 def existing_current_stream(dev: device) -> Stream | None:
     """The calling thread's current stream of dev if one exists; never creates one."""
-    name = str(dev)
-    return _streams.current.get(name) or _streams.default.get(name)
+    plugin, dev = resolve(dev)
+    return _C._existing_current_stream(plugin, dev.index)
 
 
 def current_stream(device: DeviceLike = None) -> Stream:
     """The calling thread's current stream of the device (default: the current device):
     the innermost ``with stream:`` block's, else the thread's default stream."""
-    _, dev = resolve(device)
-    return stream_of_device_name(str(dev))
+    plugin, dev = resolve(device)
+    return _C._current_stream(plugin, dev.index)
 
 
 class Event:

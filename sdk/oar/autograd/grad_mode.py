@@ -1,42 +1,21 @@
-"""Grad mode: whether ops record a graph. A thread-local flag kept by oar._C
-(``grad_enabled`` / ``set_grad_enabled``); a Python thread-local stands in
-while the core lacks it."""
+"""Grad mode: whether ops record a graph. A thread-local flag owned by the C++ core
+(``oar._C.grad_enabled`` / ``set_grad_enabled``); this module only calls into it."""
 
 from __future__ import annotations
 
 import functools
-import threading
+
+from oar import _C
 
 __all__ = ["is_grad_enabled", "no_grad", "enable_grad", "set_grad_enabled"]
 
-_local = threading.local()
-
-
-def _flag_fns():
-    from oar import _C
-    getter = getattr(_C, "grad_enabled", None)
-    setter = getattr(_C, "set_grad_enabled", None)
-    if getter is not None and setter is not None:
-        return getter, setter
-    return (lambda: getattr(_local, "enabled", True)), (lambda value: setattr(_local, "enabled", bool(value)))
-
-
-_get, _set = None, None
-
-
-def _fns():
-    global _get, _set
-    if _get is None:
-        _get, _set = _flag_fns()
-    return _get, _set
-
 
 def is_grad_enabled() -> bool:
-    return bool(_fns()[0]())
+    return _C.grad_enabled()
 
 
 def _set_enabled(value: bool) -> None:
-    _fns()[1](bool(value))
+    _C.set_grad_enabled(bool(value))
 
 
 class _GradModeContext:

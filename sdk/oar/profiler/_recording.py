@@ -23,7 +23,7 @@ from typing import Any
 
 from oar import capture
 from oar.devices import resolve
-from oar.streams import Event, current_stream, stream_of_device_name
+from oar.streams import Event, current_stream
 
 __all__ = ["LaunchRecord", "DeviceActivity", "Recorder", "DEVICE_TIMING_MODES"]
 
@@ -133,7 +133,7 @@ class Recorder(capture.Observer):
         target = outputs[0].device
         name = str(target)
         state = self.devices.get(name) or self._open_device(target)
-        stream = stream_of_device_name(name)  # current_stream() without re-parsing the device
+        stream = current_stream(name)
         record.device, record.stream = state.name, stream.handle
         try:
             if state.mode == "events":
