@@ -20,7 +20,7 @@ SHOWN = "\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m"
 
 
 def build(source: str, directory: Path, device_type: str, *defines: str) -> Path:
-    from oar.plugins import refcpu_path
+    from oar.vendor.plugins import refcpu_path
 
     output = directory / f"lib{device_type}.so"
     command = [compiler(), "-shared", "-fPIC", "-O1", "-std=c11", "-Wall", "-Werror", f"-I{INCLUDE}",
