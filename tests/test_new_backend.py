@@ -131,6 +131,25 @@ def test_the_pyproject_registers_the_entry_point(project):
     assert pyproject["build-system"]["build-backend"] == "scikit_build_core.build"
 
 
+def test_the_build_flags_leave_mmap_flags_visible(project, tmp_path):
+    """The project's C dialect and feature macros (read from its CMakeLists) still declare
+    MAP_ANONYMOUS, which a plugin's host arena needs; _POSIX_C_SOURCE alone hides it on glibc."""
+    compiler = os.environ.get("CC", "cc")
+    if not shutil.which(compiler):
+        pytest.skip(f"{compiler} is needed to compile a probe")
+    cmake = (project / "CMakeLists.txt").read_text()
+    definitions = re.search(r"target_compile_definitions\(\S+ PRIVATE ([^)]*)\)", cmake).group(1).split()
+    assert re.search(r"C_STANDARD 11\s+C_STANDARD_REQUIRED ON\s+C_EXTENSIONS OFF", cmake)
+    probe = tmp_path / "probe.c"
+    probe.write_text("#include <sys/mman.h>\n#include <stddef.h>\n"
+                     "int main(void) { void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,\n"
+                     "    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); return p == MAP_FAILED; }\n")
+    done = subprocess.run([compiler, "-std=c11", "-Werror", *(f"-D{d}" for d in definitions), "-o",
+                           str(tmp_path / "probe"), str(probe)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert subprocess.run([str(tmp_path / "probe")], timeout=30).returncode == 0
+
+
 def test_bad_names_and_a_busy_directory_are_refused(tmp_path):
     runner = CliRunner()
     for arguments, message in (
