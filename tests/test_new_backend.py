@@ -78,7 +78,8 @@ def test_the_project_has_its_files(project):
     for relative in ("CMakeLists.txt", "pyproject.toml", "README.md", ".gitignore", "conformance/expected.yaml",
                      f"python/{NAME}/__init__.py", ".github/workflows/conformance.yml", ".gitlab-ci.yml",
                      "Jenkinsfile", *(f"src/{n}" for n in ("internal.h", "plugin.c", "memory.c", "streams.c",
-                                                           "kernels.c", "ops.c", "stubs.c"))):
+                                                           "kernels.c", "ops.c", "stubs.c")),
+                     "tests/selftest.c", "tests/leak_driver.c"):
         assert (project / relative).is_file(), relative
     text = "".join(path.read_text() for path in project.rglob("*") if path.is_file())
     assert "{{" not in text.replace("${{", "") and "{%" not in text, "an unrendered jinja2 expression"
@@ -148,6 +149,29 @@ def test_the_build_flags_leave_mmap_flags_visible(project, tmp_path):
                            str(tmp_path / "probe"), str(probe)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert subprocess.run([str(tmp_path / "probe")], timeout=30).returncode == 0
+
+
+def test_the_c_self_test_and_leak_driver_pass_under_asan(project, tmp_path):
+    """The project's ctest tests (tests/selftest.c, tests/leak_driver.c) in its ASan + UBSan build,
+    as its CI files run them; LeakSanitizer checks the leak driver at exit."""
+    _tools()
+    include = subprocess.run([sys.executable, "-m", "oar.cli", "--include-dir"], capture_output=True, text=True,
+                             timeout=60).stdout.strip()
+    build = tmp_path / "build-asan"
+    for command in (["cmake", "-S", str(project), "-B", str(build), "-DCMAKE_BUILD_TYPE=Debug",
+                     f"-D{NAME.upper()}_SANITIZE=ON", f"-D{NAME.upper()}_BUILD_TESTS=ON", f"-D{NAME.upper()}_WERROR=ON",
+                     f"-DOAR_INCLUDE_DIR={include}"],
+                    ["cmake", "--build", str(build), "-j2"]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0 and "sanitize" in done.stderr and "cannot" in done.stderr:
+            pytest.skip(f"the compiler cannot build with the sanitizers: {done.stderr[-300:]}")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = subprocess.run(["ctest", "--output-on-failure"], cwd=build, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "100% tests passed, 0 tests failed out of 2" in done.stdout, done.stdout
+    for ci_file in (".github/workflows/conformance.yml", ".gitlab-ci.yml", "Jenkinsfile"):
+        text = (project / ci_file).read_text()
+        assert f"-D{NAME.upper()}_SANITIZE=ON" in text and "ctest --test-dir build-asan" in text, ci_file
 
 
 def test_bad_names_and_a_busy_directory_are_refused(tmp_path):
