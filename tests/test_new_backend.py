@@ -78,7 +78,8 @@ def test_the_project_has_its_files(project):
     for relative in ("CMakeLists.txt", "pyproject.toml", "README.md", ".gitignore", "conformance/expected.yaml",
                      f"python/{NAME}/__init__.py", ".github/workflows/conformance.yml", ".gitlab-ci.yml",
                      "Jenkinsfile", *(f"src/{n}" for n in ("internal.h", "plugin.c", "memory.c", "streams.c",
-                                                           "kernels.c", "ops.c", "stubs.c"))):
+                                                           "kernels.c", "ops.c", "stubs.c")),
+                     "tests/selftest.c", "tests/leak_driver.c"):
         assert (project / relative).is_file(), relative
     text = "".join(path.read_text() for path in project.rglob("*") if path.is_file())
     assert "{{" not in text.replace("${{", "") and "{%" not in text, "an unrendered jinja2 expression"
@@ -129,6 +130,48 @@ def test_the_pyproject_registers_the_entry_point(project):
     pyproject = tomllib.loads((project / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["oar.plugins"] == {NAME: f"{NAME}:plugin_path"}
     assert pyproject["build-system"]["build-backend"] == "scikit_build_core.build"
+
+
+def test_the_build_flags_leave_mmap_flags_visible(project, tmp_path):
+    """The project's C dialect and feature macros (read from its CMakeLists) still declare
+    MAP_ANONYMOUS, which a plugin's host arena needs; _POSIX_C_SOURCE alone hides it on glibc."""
+    compiler = os.environ.get("CC", "cc")
+    if not shutil.which(compiler):
+        pytest.skip(f"{compiler} is needed to compile a probe")
+    cmake = (project / "CMakeLists.txt").read_text()
+    definitions = re.search(r"target_compile_definitions\(\S+ PRIVATE ([^)]*)\)", cmake).group(1).split()
+    assert re.search(r"C_STANDARD 11\s+C_STANDARD_REQUIRED ON\s+C_EXTENSIONS OFF", cmake)
+    probe = tmp_path / "probe.c"
+    probe.write_text("#include <sys/mman.h>\n#include <stddef.h>\n"
+                     "int main(void) { void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE,\n"
+                     "    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); return p == MAP_FAILED; }\n")
+    done = subprocess.run([compiler, "-std=c11", "-Werror", *(f"-D{d}" for d in definitions), "-o",
+                           str(tmp_path / "probe"), str(probe)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert subprocess.run([str(tmp_path / "probe")], timeout=30).returncode == 0
+
+
+def test_the_c_self_test_and_leak_driver_pass_under_asan(project, tmp_path):
+    """The project's ctest tests (tests/selftest.c, tests/leak_driver.c) in its ASan + UBSan build,
+    as its CI files run them; LeakSanitizer checks the leak driver at exit."""
+    _tools()
+    include = subprocess.run([sys.executable, "-m", "oar.cli", "--include-dir"], capture_output=True, text=True,
+                             timeout=60).stdout.strip()
+    build = tmp_path / "build-asan"
+    for command in (["cmake", "-S", str(project), "-B", str(build), "-DCMAKE_BUILD_TYPE=Debug",
+                     f"-D{NAME.upper()}_SANITIZE=ON", f"-D{NAME.upper()}_BUILD_TESTS=ON", f"-D{NAME.upper()}_WERROR=ON",
+                     f"-DOAR_INCLUDE_DIR={include}"],
+                    ["cmake", "--build", str(build), "-j2"]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0 and "sanitize" in done.stderr and "cannot" in done.stderr:
+            pytest.skip(f"the compiler cannot build with the sanitizers: {done.stderr[-300:]}")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = subprocess.run(["ctest", "--output-on-failure"], cwd=build, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "100% tests passed, 0 tests failed out of 2" in done.stdout, done.stdout
+    for ci_file in (".github/workflows/conformance.yml", ".gitlab-ci.yml", "Jenkinsfile"):
+        text = (project / ci_file).read_text()
+        assert f"-D{NAME.upper()}_SANITIZE=ON" in text and "ctest --test-dir build-asan" in text, ci_file
 
 
 def test_bad_names_and_a_busy_directory_are_refused(tmp_path):

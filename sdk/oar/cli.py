@@ -20,7 +20,8 @@ __all__ = ["main", "include_dir"]
 
 
 def include_dir() -> Path:
-    """The directory to pass with -I: it holds oar/device_api.h."""
+    """The directory to pass with -I: it holds oar/device_api.h and, installed, oar/plugin_support.h
+    (the plugin support library, whose sources and CMake file lie in ../plugin_support)."""
     installed = Path(__file__).resolve().parent / "include"
     if (installed / "oar" / "device_api.h").is_file():
         return installed

@@ -39,7 +39,9 @@
  *   the next stream_synchronize of that stream, or device_synchronize of its
  *   device, returns that status once (the message names the work) and clears
  *   it; event_synchronize of an event recorded after the failure returns it
- *   too; later work on the stream still runs.
+ *   too, once per record, without clearing the stream's error; a callback
+ *   enqueued after it receives that status; later work on the stream still
+ *   runs.
  * - Fields named reserved are written as 0 and ignored by the reader.
  * - Any entry other than oar_plugin_init and init, called before init or
  *   after finalize, returns OAR_ERROR_NOT_INITIALIZED.
@@ -373,7 +375,8 @@ typedef struct oar_device_table {
   oar_status (*get_device)(int32_t* device);
 
   /* device_synchronize: wait until all work on all streams of the device
-   * has completed.
+   * has completed. Clears the sticky error of every stream of the device and
+   * returns the first one found (the others are cleared unreported).
    * Requirement: REQUIRED
    * Blocking: synchronous
    * Status: OAR_SUCCESS; OAR_ERROR_INVALID_ARGUMENT if device is out of
@@ -504,7 +507,8 @@ typedef struct oar_device_table {
   oar_status (*mem_set)(int32_t device, void* dst, uint8_t value, size_t size);
 
   /* mem_set_async: enqueue a mem_set on stream.
-   * Requirement: OPTIONAL (fallback: the "fill" library kernel)
+   * Requirement: OPTIONAL (fallback: tensor fills run the "full" and
+   *   "copy" library kernels; only raw buffer fills need it)
    * Blocking: asynchronous (stream-ordered)
    * Status: as mem_set; OAR_ERROR_INVALID_HANDLE for a stream not live.
    */
@@ -606,7 +610,8 @@ typedef struct oar_device_table {
   oar_status (*event_record)(oar_event event, oar_stream stream);
 
   /* event_synchronize: wait until the event's last record has completed
-   * (at once if never recorded).
+   * (at once if never recorded). A failure of work before the record is
+   * returned once per record; the stream's sticky error is not cleared.
    * Requirement: REQUIRED
    * Blocking: synchronous
    * Status: OAR_SUCCESS; OAR_ERROR_INVALID_HANDLE; the status of failed
@@ -653,7 +658,12 @@ typedef struct oar_device_table {
   /* kernel_launch: enqueue a library kernel on stream. Tensors follow the
    * oar_dl_tensor rules; outputs are preallocated by the host with the
    * shapes ops.yaml defines and may be strided. Inputs and outputs do not
-   * overlap unless ops.yaml allows it for the op.
+   * overlap unless ops.yaml allows it for the op. Oar's runtime passes every
+   * attr of the op in ops.yaml order, defaults filled in, each with its
+   * ops.yaml type; dims as the user gave them (negative ones not wrapped);
+   * inputs of a broadcast op expanded to the output's shape (stride 0);
+   * matmul operands with rank >= 2 and the output's batch dims (1-D ones
+   * made matrices first). A direct caller may do otherwise: check.
    * Requirement: REQUIRED
    * Blocking: asynchronous (stream-ordered); descriptors copied on entry
    * Status: OAR_SUCCESS; OAR_ERROR_INVALID_HANDLE for a dead stream, an

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "oar/device_api.h"
+#include "oar/plugin_support.h"
 #include "oar_op_limits.h"
 
 #ifndef OAR_OP_DEF_LAUNCH
@@ -30,18 +31,9 @@ typedef enum out_rule { OUT_SAME, OUT_PROMOTE, OUT_FLOAT, OUT_FIXED, OUT_ATTR, O
 /* What an input is, for its dtype check: the op's dtypes, int32/int64 indices, bool condition. */
 typedef enum input_role { ROLE_DATA, ROLE_INDEX, ROLE_CONDITION } input_role;
 
-/* One attribute of ops.yaml: its OAR_ATTR_* type and, unless required, its default. */
-typedef struct op_attr_def {
-  const char* name;
-  int32_t type;
-  bool required;
-  int64_t default_int;
-  double default_float;
-  int32_t default_count;
-  const int64_t* default_ints;
-  const double* default_floats;
-  const char* default_string;
-} op_attr_def;
+/* One attribute of ops.yaml: its OAR_ATTR_* type and, unless required, its default
+   (oar/plugin_support.h's declaration, which its attribute checks read). */
+typedef oar_ps_attr_def op_attr_def;
 
 typedef struct op_def {
   const char* name;

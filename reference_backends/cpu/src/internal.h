@@ -3,6 +3,7 @@
 #define OAR_REFCPU_INTERNAL_H_
 
 #include <oar/device_api.h>
+#include <oar/plugin_support.h>
 #include <oar/refcpu.h>
 
 #include "oar_entry_decls.h"
@@ -17,25 +18,31 @@
 #define REFCPU_VERSION "0.1.0"
 #define REFCPU_MAX_DIMS 8
 #define REFCPU_ALIGNMENT 256
-#define REFCPU_ERROR_BYTES 2048
+#define REFCPU_ERROR_BYTES OAR_PS_MESSAGE_BYTES
 #define REFCPU_PRIORITY_LOWEST 0
 #define REFCPU_PRIORITY_HIGHEST (-1)
 
 _Static_assert(sizeof(void*) == 8, "the plugin encodes handles in 64-bit pointers");
 
-/* ---- error.c: thread-local last error, host log ------------------------- */
+/* ---- errors, log, clock: the plugin support library ------------------- */
 
-/* Formats the calling thread's last error message and returns status. */
-oar_status refcpu_fail(oar_status status, const char* format, ...)
-    __attribute__((format(printf, 2, 3)));
-void refcpu_set_message(const char* message);
-const char* refcpu_get_last_error_message(void);
-void refcpu_set_log_sink(void (*sink)(void* user_data, int32_t level, const char* message),
-                         void* user_data);
-void refcpu_log(int32_t level, const char* format, ...)
-    __attribute__((format(printf, 2, 3)));
-int64_t refcpu_now_ns(void);
-void refcpu_cpu_relax(void);
+/* The thread-local last error, the host's log sink and the clock are
+   oar/plugin_support.h's (groups 1 and 2); the plugin spells them refcpu_*. */
+#define refcpu_fail oar_ps_fail
+#define refcpu_set_message oar_ps_set_message
+#define refcpu_get_last_error_message oar_ps_last_error_message
+#define refcpu_set_log_sink oar_ps_set_log_sink
+#define refcpu_log oar_ps_log
+#define refcpu_now_ns oar_ps_now_ns
+
+/* A spin-wait hint to the core. */
+static inline void refcpu_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 
 /* ---- registry.c: live handles ------------------------------------------ */
 
@@ -155,21 +162,11 @@ struct coll_work;
 #define REFCPU_KERNEL_SCRATCH 16  /* int64 words a check hook may leave for run */
 
 /* One attribute of a launch as the kernel sees it: the caller's value
-   (checked against the type ops.yaml declares), else the op's default. */
-typedef struct kernel_attr {
-  int32_t type;   /* OAR_ATTR_* as declared in ops.yaml */
-  bool given;     /* passed by the caller; false: the default */
-  bool exact_int; /* a float attribute passed as OAR_ATTR_INT: i holds it exactly */
-  int32_t count;  /* entries of ints/floats; bytes of s without the NUL */
-  int64_t i;      /* int, bool (0/1), exact_int float */
-  double f;       /* float */
-  uint8_t dtype;  /* dtype (refcpu_dtype) */
-  union {
-    int64_t ints[REFCPU_ATTR_MAX_ITEMS];
-    double floats[REFCPU_ATTR_MAX_ITEMS];
-    char s[REFCPU_ATTR_MAX_STRING];
-  } v;
-} kernel_attr;
+   (checked against the type ops.yaml declares), else the op's default;
+   dtype holds a refcpu_dtype. */
+typedef oar_ps_attr kernel_attr;
+_Static_assert(REFCPU_ATTR_MAX_ITEMS == OAR_PS_ATTR_MAX_ITEMS && REFCPU_ATTR_MAX_STRING == OAR_PS_ATTR_MAX_STRING,
+               "the op limits are the support library's");
 
 typedef struct kernel_command {
   const struct op_def* op;

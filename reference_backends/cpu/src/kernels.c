@@ -237,14 +237,11 @@ void kernel_destroy_all(void) {
 /* ---- helpers shared with the kernels ------------------------------------------- */
 
 void format_shape(char* text, size_t bytes, int ndim, const int64_t* shape) {
-  size_t used = (size_t)snprintf(text, bytes, "[");
-  for (int d = 0; d < ndim && used < bytes; d++)
-    used += (size_t)snprintf(text + used, bytes - used, "%s%" PRId64, d ? ", " : "", shape[d]);
-  if (used < bytes) snprintf(text + used, bytes - used, "]");
+  oar_ps_format_shape(text, bytes, ndim, shape);
 }
 
 bool view_same_shape(const tensor_view* a, const tensor_view* b) {
-  return a->ndim == b->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]) == 0;
+  return oar_ps_same_shape(a->ndim, a->shape, b->ndim, b->shape);
 }
 
 int64_t view_numel(const tensor_view* view) { return shape_numel(view->ndim, view->shape); }
@@ -261,22 +258,11 @@ bool view_is_contiguous(const tensor_view* view) {
 
 oar_status shape_mismatch(const char* op, const char* role, const tensor_view* got,
                           const char* other_role, const tensor_view* expected) {
-  char got_text[160], expected_text[160];
-  format_shape(got_text, sizeof got_text, got->ndim, got->shape);
-  format_shape(expected_text, sizeof expected_text, expected->ndim, expected->shape);
-  return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                     "kernel_launch: %s: %s shape %s differs from %s shape %s", op, role, got_text,
-                     other_role, expected_text);
+  return oar_ps_shape_mismatch(op, role, got->ndim, got->shape, other_role, expected->ndim, expected->shape);
 }
 
 oar_status normalize_dim(const char* op, const char* attr, int64_t dim, int32_t ndim, int32_t* out) {
-  int64_t rank = ndim > 0 ? ndim : 1; /* a scalar accepts dim 0 / -1 */
-  if (dim < -rank || dim >= rank)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: %s %" PRId64 " is out of range for %d dims", op, attr, dim,
-                       ndim);
-  *out = (int32_t)(dim < 0 ? dim + rank : dim);
-  return OAR_SUCCESS;
+  return oar_ps_normalize_dim(op, attr, dim, ndim, out);
 }
 
 typedef struct range_job {
@@ -318,11 +304,6 @@ static oar_status make_view(const refcpu_kernel* kernel, refcpu_stream* stream,
                             const char* role, const oar_dl_tensor* tensor,
                             uint8_t expected_dtype, tensor_view* view) {
   const char* op = kernel->op->name;
-  if (tensor->ndim < 0 || tensor->ndim > REFCPU_MAX_DIMS)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s has ndim %d, not 0..%d",
-                       op, role, tensor->ndim, REFCPU_MAX_DIMS);
-  if (tensor->ndim > 0 && !tensor->shape)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s shape is NULL", op, role);
   uint8_t dtype;
   if (!dtype_from_dl(tensor->dtype, &dtype) || dtype != expected_dtype)
     return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
@@ -330,56 +311,19 @@ static oar_status make_view(const refcpu_kernel* kernel, refcpu_stream* stream,
                        "was queried for %s",
                        op, role, tensor->dtype.code, tensor->dtype.bits, tensor->dtype.lanes,
                        dtype_name(expected_dtype));
+  oar_ps_layout layout;
+  REFCPU_TRY(oar_ps_check_descriptor(op, role, tensor, dtype_size(dtype), &layout));
   view->ndim = tensor->ndim;
   view->dtype = dtype;
   view->elem_size = dtype_size(dtype);
-  /* last_offset: element offset of the farthest element; numel overflow-checked. */
-  uint64_t numel = 1, last_offset = 0;
-  bool overflow = false;
-  for (int d = tensor->ndim - 1; d >= 0; d--) {
-    int64_t size = tensor->shape[d];
-    if (size < 0)
-      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s shape[%d] is %" PRId64,
-                         op, role, d, size);
-    int64_t stride;
-    if (tensor->strides) {
-      stride = tensor->strides[d];
-      if (stride < 0)
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                           "kernel_launch: %s: %s strides[%d] is negative (%" PRId64 ")", op, role,
-                           d, stride);
-    } else {
-      stride = (int64_t)numel; /* compact row-major */
-    }
-    view->shape[d] = size;
-    view->strides[d] = stride;
-    uint64_t reach;
-    overflow |= __builtin_mul_overflow(numel, (uint64_t)size, &numel);
-    if (size > 0) {
-      overflow |= __builtin_mul_overflow((uint64_t)(size - 1), (uint64_t)stride, &reach);
-      overflow |= __builtin_add_overflow(last_offset, reach, &last_offset);
-    }
-  }
-  uint64_t extent = 0;
-  if (numel > 0) {
-    overflow |= __builtin_add_overflow(last_offset, 1, &extent);
-    overflow |= __builtin_mul_overflow(extent, (uint64_t)view->elem_size, &extent);
-  }
-  if (overflow || numel > (uint64_t)INT64_MAX)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s shape/strides overflow",
-                       op, role);
-  if (numel == 0) {
+  memcpy(view->shape, layout.shape, sizeof view->shape);
+  memcpy(view->strides, layout.strides, sizeof view->strides);
+  if (layout.numel == 0) {
     view->data = NULL; /* nothing is touched, so any data pointer will do */
     return OAR_SUCCESS;
   }
-  uintptr_t start = (uintptr_t)tensor->data + (uintptr_t)tensor->byte_offset;
-  if (!tensor->data)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s data is NULL", op, role);
-  if (start % (uintptr_t)view->elem_size != 0)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: %s data + byte_offset (%p + %llu) is not aligned to its "
-                       "%d-byte elements",
-                       op, role, tensor->data, (unsigned long long)tensor->byte_offset, view->elem_size);
+  uintptr_t start = (uintptr_t)layout.start;
+  uint64_t extent = layout.extent_bytes;
   device_arena* arena = &g_refcpu.devices[stream->device].arena;
   if (arena_resolve(arena, "kernel_launch", role, (const void*)start, extent, &view->data) == OAR_SUCCESS)
     return OAR_SUCCESS;
@@ -389,158 +333,21 @@ static oar_status make_view(const refcpu_kernel* kernel, refcpu_stream* stream,
   return arena_resolve(arena, "kernel_launch", what, (const void*)start, extent, &view->data);
 }
 
-static const char* attr_type_name(int32_t type) {
-  switch (type) {
-    case OAR_ATTR_INT: return "OAR_ATTR_INT";
-    case OAR_ATTR_FLOAT: return "OAR_ATTR_FLOAT";
-    case OAR_ATTR_BOOL: return "OAR_ATTR_BOOL";
-    case OAR_ATTR_INTS: return "OAR_ATTR_INTS";
-    case OAR_ATTR_FLOATS: return "OAR_ATTR_FLOATS";
-    case OAR_ATTR_STRING: return "OAR_ATTR_STRING";
-    case OAR_ATTR_DTYPE: return "OAR_ATTR_DTYPE";
-    default: return "an unknown type";
-  }
-}
-
-static void attr_set_default(const op_attr_def* def, kernel_attr* value) {
-  memset(value, 0, sizeof *value);
-  value->type = def->type;
-  value->i = def->default_int;
-  value->f = def->default_float;
-  if (def->type == OAR_ATTR_INTS || def->type == OAR_ATTR_FLOATS) {
-    value->count = def->default_count;
-    for (int32_t k = 0; k < def->default_count; k++) {
-      if (def->type == OAR_ATTR_INTS) value->v.ints[k] = def->default_ints[k];
-      else value->v.floats[k] = def->default_floats[k];
-    }
-  } else if (def->type == OAR_ATTR_STRING && def->default_string) {
-    value->count = (int32_t)strlen(def->default_string);
-    memcpy(value->v.s, def->default_string, (size_t)value->count + 1);
-  }
-}
-
-/* Checks one caller attribute against its declaration and stores it. */
-static oar_status attr_take(const char* op, const op_attr_def* def, const oar_attr* attr,
-                            kernel_attr* value) {
-  const char* name = def->name;
-  int32_t type = attr->type;
-  bool ok;
-  switch (def->type) {
-    case OAR_ATTR_FLOAT: ok = type == OAR_ATTR_FLOAT || type == OAR_ATTR_INT; break;
-    default: ok = type == def->type;
-  }
-  if (!ok)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: attribute '%s' must be %s%s, not %s", op, name,
-                       attr_type_name(def->type),
-                       def->type == OAR_ATTR_FLOAT ? " (or OAR_ATTR_INT)" : "", attr_type_name(type));
-  value->given = true;
-  switch (def->type) {
-    case OAR_ATTR_INT:
-      value->i = attr->value.i;
-      value->f = (double)attr->value.i;
-      break;
-    case OAR_ATTR_BOOL:
-      if (attr->value.i != 0 && attr->value.i != 1)
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                           "kernel_launch: %s: attribute '%s' (OAR_ATTR_BOOL) is %" PRId64 ", not 0 or 1",
-                           op, name, attr->value.i);
-      value->i = attr->value.i;
-      break;
-    case OAR_ATTR_FLOAT:
-      if (type == OAR_ATTR_INT) {
-        value->exact_int = true;
-        value->i = attr->value.i;
-        value->f = (double)attr->value.i;
-      } else {
-        value->f = attr->value.f;
-      }
-      break;
-    case OAR_ATTR_INTS:
-    case OAR_ATTR_FLOATS:
-      if (attr->count < 0 || attr->count > REFCPU_ATTR_MAX_ITEMS)
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                           "kernel_launch: %s: attribute '%s' has %" PRId64 " entries, not 0..%d", op,
-                           name, attr->count, REFCPU_ATTR_MAX_ITEMS);
-      if (attr->count > 0 && !(def->type == OAR_ATTR_INTS ? (const void*)attr->value.ints
-                                                          : (const void*)attr->value.floats))
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                           "kernel_launch: %s: attribute '%s' has %" PRId64 " entries but a NULL array",
-                           op, name, attr->count);
-      value->count = (int32_t)attr->count;
-      for (int64_t k = 0; k < attr->count; k++) {
-        if (def->type == OAR_ATTR_INTS) value->v.ints[k] = attr->value.ints[k];
-        else value->v.floats[k] = attr->value.floats[k];
-      }
-      break;
-    case OAR_ATTR_STRING: {
-      if (!attr->value.s)
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' is a NULL string",
-                           op, name);
-      size_t length = strnlen(attr->value.s, REFCPU_ATTR_MAX_STRING);
-      if (length >= REFCPU_ATTR_MAX_STRING)
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                           "kernel_launch: %s: attribute '%s' is longer than %d bytes", op, name,
-                           REFCPU_ATTR_MAX_STRING - 1);
-      value->count = (int32_t)length;
-      memcpy(value->v.s, attr->value.s, length + 1);
-      break;
-    }
-    case OAR_ATTR_DTYPE:
-      if (!dtype_from_dl(attr->value.dtype, &value->dtype) || !dtype_is_castable(value->dtype))
-        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                           "kernel_launch: %s: attribute '%s' is dtype {code %u, bits %u, lanes %u}, "
-                           "which this plugin does not know",
-                           op, name, attr->value.dtype.code, attr->value.dtype.bits,
-                           attr->value.dtype.lanes);
-      break;
-    default:
-      return refcpu_fail(OAR_ERROR_INTERNAL, "kernel_launch: %s: attribute '%s' has a bad declaration",
-                         op, name);
-  }
-  return OAR_SUCCESS;
+/* A dtype attribute names a dtype the plugin can cast to. */
+static bool read_castable_dtype(oar_dl_data_type dl, uint8_t* dtype) {
+  return dtype_from_dl(dl, dtype) && dtype_is_castable(*dtype);
 }
 
 /* Reads the caller's attributes into cmd->attrs (declared order), defaults
    for the rest. */
 static oar_status parse_attrs(const op_def* op, const oar_attr* attrs, size_t num_attrs,
                               kernel_command* cmd) {
-  if (num_attrs && !attrs)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attrs is NULL", op->name);
-  for (uint32_t a = 0; a < op->num_attrs; a++) attr_set_default(&op->attrs[a], &cmd->attrs[a]);
-  for (size_t i = 0; i < num_attrs; i++) {
-    const oar_attr* attr = &attrs[i];
-    if (!attr->name)
-      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attrs[%zu].name is NULL",
-                         op->name, i);
-    uint32_t a = 0;
-    while (a < op->num_attrs && strcmp(op->attrs[a].name, attr->name) != 0) a++;
-    if (a == op->num_attrs) {
-      char known[160] = "";
-      for (uint32_t k = 0; k < op->num_attrs; k++)
-        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "",
-                 op->attrs[k].name);
-      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                         "kernel_launch: %s: unknown attribute '%.64s' (%s%s)", op->name, attr->name,
-                         op->num_attrs ? "it takes: " : "it takes none", known);
-    }
-    if (cmd->attrs[a].given)
-      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' given twice",
-                         op->name, op->attrs[a].name);
-    REFCPU_TRY(attr_take(op->name, &op->attrs[a], attr, &cmd->attrs[a]));
-  }
-  for (uint32_t a = 0; a < op->num_attrs; a++)
-    if (op->attrs[a].required && !cmd->attrs[a].given)
-      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                         "kernel_launch: %s: attribute '%s' (%s) is required", op->name,
-                         op->attrs[a].name, attr_type_name(op->attrs[a].type));
-  return OAR_SUCCESS;
+  return oar_ps_parse_attrs(op->name, op->attrs, op->num_attrs, attrs, num_attrs, cmd->attrs,
+                            read_castable_dtype);
 }
 
 static int find_attr(const op_def* op, const char* name) {
-  for (uint32_t a = 0; a < op->num_attrs; a++)
-    if (strcmp(op->attrs[a].name, name) == 0) return (int)a;
-  return -1;
+  return oar_ps_find_attr(op->attrs, op->num_attrs, name);
 }
 
 /* kind reduction: reduce_mask / keepdim from the attrs dim and keepdim, then

@@ -115,17 +115,7 @@ typedef enum input_role {
   ROLE_CONDITION  /* bool (inputs named condition) */
 } input_role;
 
-typedef struct op_attr_def {
-  const char* name;
-  int32_t type; /* OAR_ATTR_* */
-  bool required;
-  int64_t default_int; /* int, bool */
-  double default_float;
-  int32_t default_count; /* ints/floats */
-  const int64_t* default_ints;
-  const double* default_floats;
-  const char* default_string;
-} op_attr_def;
+typedef oar_ps_attr_def op_attr_def; /* name, OAR_ATTR_* type, required, default */
 
 typedef struct op_def {
   const char* name; /* as in interface/ops.yaml */

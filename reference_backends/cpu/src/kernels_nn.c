@@ -717,68 +717,27 @@ oar_status refcpu_run_avg_pool2d_backward(const kernel_command* cmd) {
 
 /* ---- conv2d and its gradients ---------------------------------------------------------------- */
 
-/* An ints attribute of 1 (both dims) or 2 entries. */
-static oar_status attr_pair(const kernel_command* cmd, int index, const char* op, const char* name,
-                            int64_t minimum, int64_t pair[2]) {
-  int32_t count;
-  const int64_t* values = attr_ints(cmd, index, &count);
-  if (count != 1 && count != 2)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: attribute '%s' needs 1 or 2 entries, got %d", op, name, count);
-  for (int i = 0; i < 2; i++) {
-    pair[i] = values[count == 2 ? i : 0];
-    if (pair[i] < minimum || pair[i] > INT32_MAX)
-      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                         "kernel_launch: %s: %s %" PRId64 " is out of range [%" PRId64 ", %d]", op,
-                         name, pair[i], minimum, INT32_MAX);
-  }
-  return OAR_SUCCESS;
-}
-
 /* Attribute indices of the three conv ops, in one place. */
 typedef struct conv_attr_indices {
   int stride, padding, dilation, groups;
 } conv_attr_indices;
 
-/* Geometry from x's shape [N, C, H, W] and weight's [O, C / groups, kH, kW]. */
+/* Geometry from x's shape [N, C, H, W] and weight's [O, C / groups, kH, kW]
+   (oar/plugin_support.h's checks), plus what the im2col kernels need. */
 static oar_status conv_geometry_of(const kernel_command* cmd, const char* op, conv_attr_indices at,
                                    const int64_t* x_shape, const int64_t* w_shape, conv_geometry* g) {
-  REFCPU_TRY(attr_pair(cmd, at.stride, op, "stride", 1, g->stride));
-  REFCPU_TRY(attr_pair(cmd, at.padding, op, "padding", 0, g->padding));
-  REFCPU_TRY(attr_pair(cmd, at.dilation, op, "dilation", 1, g->dilation));
-  g->groups = attr_int(cmd, at.groups);
-  g->batch = x_shape[0];
-  g->in_c = x_shape[1];
-  g->in_h = x_shape[2];
-  g->in_w = x_shape[3];
-  g->out_c = w_shape[0];
-  g->k_h = w_shape[2];
-  g->k_w = w_shape[3];
-  if (g->groups < 1 || g->in_c % g->groups != 0 || g->out_c % g->groups != 0)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: groups %" PRId64 " must be >= 1 and divide the %" PRId64
-                       " input and %" PRId64 " output channels",
-                       op, g->groups, g->in_c, g->out_c);
-  g->group_in = g->in_c / g->groups;
-  g->group_out = g->out_c / g->groups;
-  if (w_shape[1] != g->group_in)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: weight has %" PRId64 " input channels per group, x has %" PRId64
-                       " channels in %" PRId64 " groups (%" PRId64 " each)",
-                       op, w_shape[1], g->in_c, g->groups, g->group_in);
-  if (g->k_h < 1 || g->k_w < 1)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: the kernel is %" PRId64 "x%" PRId64 ", must be at least 1x1",
-                       op, g->k_h, g->k_w);
-  int64_t span_h = g->in_h + 2 * g->padding[0] - g->dilation[0] * (g->k_h - 1) - 1;
-  int64_t span_w = g->in_w + 2 * g->padding[1] - g->dilation[1] * (g->k_w - 1) - 1;
-  if (span_h < 0 || span_w < 0)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: the dilated %" PRId64 "x%" PRId64 " kernel is larger than "
-                       "the padded %" PRId64 "x%" PRId64 " input",
-                       op, g->k_h, g->k_w, g->in_h + 2 * g->padding[0], g->in_w + 2 * g->padding[1]);
-  g->out_h = span_h / g->stride[0] + 1;
-  g->out_w = span_w / g->stride[1] + 1;
+  oar_ps_conv2d shared;
+  REFCPU_TRY(oar_ps_conv2d_geometry(op, x_shape, w_shape, &cmd->attrs[at.stride], &cmd->attrs[at.padding],
+                                    &cmd->attrs[at.dilation], &cmd->attrs[at.groups], &shared));
+  *g = (conv_geometry){.groups = shared.groups, .batch = shared.batch, .in_c = shared.in_c, .in_h = shared.in_h,
+                       .in_w = shared.in_w, .out_c = shared.out_c, .k_h = shared.k_h, .k_w = shared.k_w,
+                       .out_h = shared.out_h, .out_w = shared.out_w, .group_in = shared.group_in,
+                       .group_out = shared.group_out};
+  for (int k = 0; k < 2; k++) {
+    g->stride[k] = shared.stride[k];
+    g->padding[k] = shared.padding[k];
+    g->dilation[k] = shared.dilation[k];
+  }
   g->ck = g->group_in * g->k_h * g->k_w;
   g->spatial = g->out_h * g->out_w;
   if (g->ck > INT32_MAX || g->spatial > INT32_MAX || g->in_h * g->in_w > INT32_MAX)

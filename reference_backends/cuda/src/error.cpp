@@ -1,24 +1,7 @@
-/* The thread-local last error message of get_last_error_message, and the
- * mapping of CUDA errors to oar_status. */
-#include <cstdarg>
+/* The mapping of CUDA errors to oar_status (the message is oar/plugin_support.h's). */
 #include <cstdio>
 
 #include "internal.h"
-
-namespace {
-thread_local char last_error[4096];
-}
-
-const char* cu_last_error(void) { return last_error; }
-void cu_clear_error(void) { last_error[0] = 0; }
-
-oar_status cu_fail(oar_status status, const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  vsnprintf(last_error, sizeof last_error, format, args);
-  va_end(args);
-  return status;
-}
 
 static oar_status status_of(cudaError_t error) {
   switch (error) {

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "oar/device_api.h"
+#include "oar/plugin_support.h"
 #include "tensor.h"
 
 #if defined(__GNUC__)
@@ -26,8 +27,10 @@
 
 /* ---- errors (error.cpp) --------------------------------------------------------------- */
 
-/* Sets the calling thread's last error message and returns status. */
-oar_status cu_fail(oar_status status, const char* format, ...) CU_PRINTF(2, 3);
+/* The thread-local last error message is oar/plugin_support.h's (group 1); the plugin
+   spells it cu_*. */
+#define cu_fail oar_ps_fail
+#define cu_last_error oar_ps_last_error_message
 /* The status and message of a failed CUDA runtime call: "<call>: <cudaGetErrorName>
    (<cudaGetErrorString>)". Out-of-memory maps to OAR_ERROR_OUT_OF_MEMORY, a dead
    context (illegal address, launch failure, ...) to OAR_ERROR_DEVICE_LOST, anything
@@ -39,8 +42,6 @@ oar_status cu_fail_cuda(cudaError_t error, const char* call);
     cudaError_t cu_check_error_ = (expr);                      \
     if (cu_check_error_ != cudaSuccess) return cu_fail_cuda(cu_check_error_, where); \
   } while (0)
-const char* cu_last_error(void);
-void cu_clear_error(void);
 
 /* ---- plugin state (plugin.cpp) ---------------------------------------------------------- */
 

@@ -123,101 +123,32 @@ oar_status resolve_tensor(const cu_launch* L, const char* role, const oar_dl_ten
   if (!dtype_from_dl(t->dtype, &dtype) || dtype != want)
     return cu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s has dtype code %d bits %d, queried %s", op, role,
                    t->dtype.code, t->dtype.bits, dtype_names[want]);
-  if (t->ndim < 0 || t->ndim > CU_MAX_DIMS || (t->ndim > 0 && !t->shape))
-    return cu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s has ndim %d (0..%d, shape non-NULL)", op, role,
-                   (int)t->ndim, CU_MAX_DIMS);
+  int size = dtype_sizes[dtype];
+  oar_ps_layout layout;
+  oar_status checked = oar_ps_check_descriptor(op, role, t, size, &layout);
+  if (checked != OAR_SUCCESS) return checked;
   memset(out, 0, sizeof *out);
   out->dtype = dtype;
   out->ndim = t->ndim;
-  int64_t numel = 1, extent = 1, compact = 1;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    int64_t size = t->shape[d], stride = t->strides ? t->strides[d] : compact;
-    if (size < 0 || stride < 0)
-      return cu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s has a negative size or stride in dim %d", op,
-                     role, d);
-    out->shape[d] = size;
-    out->strides[d] = stride;
-    numel *= size;
-    if (size > 0) extent += (size - 1) * stride;
-    compact *= size;
+  for (int d = 0; d < t->ndim; d++) {
+    out->shape[d] = layout.shape[d];
+    out->strides[d] = layout.strides[d];
   }
-  out->numel = numel;
-  if (numel == 0) return OAR_SUCCESS; /* never touched; data may be NULL */
+  out->numel = layout.numel;
+  if (layout.numel == 0) return OAR_SUCCESS; /* never touched; data may be NULL */
   if (t->device.device_type != OAR_DL_EXT_DEV || t->device.device_id != L->device)
     return cu_fail(OAR_ERROR_INVALID_HANDLE, "kernel_launch: %s: %s is on device (%d, %d), the stream on (%d, %d)", op,
                    role, (int)t->device.device_type, (int)t->device.device_id, OAR_DL_EXT_DEV, (int)L->device);
-  char* data = (char*)t->data + t->byte_offset;
-  int size = dtype_sizes[dtype];
-  if (!t->data || (uintptr_t)data % size)
-    return cu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s data + byte_offset %p is NULL or not aligned to %d",
-                   op, role, (void*)data, size);
+  char* data = (char*)layout.start;
   char what[64];
   snprintf(what, sizeof what, "%s: %s", op, role);
-  oar_status status = cu_check_range("kernel_launch", what, L->device, data, (size_t)(extent * size));
+  oar_status status = cu_check_range("kernel_launch", what, L->device, data, (size_t)layout.extent_bytes);
   out->data = data;
   return status;
 }
 
 oar_status resolve_attrs(cu_launch* L, const oar_attr* attrs, size_t num_attrs) {
-  const op_def* op = L->op;
-  if (num_attrs && !attrs) return op_fail(L, "attrs is NULL with num_attrs %zu", num_attrs);
-  for (uint32_t a = 0; a < op->num_attrs; a++) {
-    const op_attr_def* def = &op->attrs[a];
-    kernel_attr* k = &L->attrs[a];
-    memset(k, 0, sizeof *k);
-    k->type = def->type;
-    k->i = def->default_int;
-    k->f = def->default_float;
-    k->count = def->default_count;
-    for (int32_t j = 0; j < def->default_count; j++) {
-      if (def->default_ints) k->v.ints[j] = def->default_ints[j];
-      if (def->default_floats) k->v.floats[j] = def->default_floats[j];
-    }
-    if (def->default_string) snprintf(k->v.s, sizeof k->v.s, "%s", def->default_string);
-  }
-  for (size_t i = 0; i < num_attrs; i++) {
-    const oar_attr* given = &attrs[i];
-    uint32_t a = 0;
-    while (a < op->num_attrs && (!given->name || strcmp(op->attrs[a].name, given->name) != 0)) a++;
-    if (a == op->num_attrs) return op_fail(L, "unknown attribute \"%s\"", given->name ? given->name : "(NULL)");
-    kernel_attr* k = &L->attrs[a];
-    int32_t want = op->attrs[a].type;
-    bool ok = given->type == want || (want == OAR_ATTR_FLOAT && given->type == OAR_ATTR_INT) ||
-              (want == OAR_ATTR_BOOL && given->type == OAR_ATTR_INT) || (want == OAR_ATTR_INT && given->type == OAR_ATTR_BOOL);
-    if (!ok) return op_fail(L, "attribute \"%s\" has type %d, expected %d", given->name, (int)given->type, (int)want);
-    k->given = true;
-    switch (want) {
-      case OAR_ATTR_INT:
-      case OAR_ATTR_BOOL:
-        k->i = given->value.i;
-        break;
-      case OAR_ATTR_FLOAT:
-        k->f = given->type == OAR_ATTR_INT ? (double)given->value.i : given->value.f;
-        break;
-      case OAR_ATTR_INTS:
-      case OAR_ATTR_FLOATS:
-        if (given->count < 0 || given->count > CU_ATTR_MAX_ITEMS || (given->count && !given->value.ints))
-          return op_fail(L, "attribute \"%s\" has %lld entries (at most %d)", given->name, (long long)given->count,
-                         CU_ATTR_MAX_ITEMS);
-        k->count = (int32_t)given->count;
-        for (int64_t j = 0; j < given->count; j++) {
-          if (want == OAR_ATTR_INTS) k->v.ints[j] = given->value.ints[j];
-          else k->v.floats[j] = given->value.floats[j];
-        }
-        break;
-      case OAR_ATTR_STRING:
-        if (!given->value.s || strlen(given->value.s) >= CU_ATTR_MAX_STRING)
-          return op_fail(L, "attribute \"%s\" is NULL or longer than %d bytes", given->name, CU_ATTR_MAX_STRING - 1);
-        snprintf(k->v.s, sizeof k->v.s, "%s", given->value.s);
-        break;
-      case OAR_ATTR_DTYPE:
-        if (!dtype_from_dl(given->value.dtype, &k->dtype)) return op_fail(L, "attribute \"%s\" names an unknown dtype", given->name);
-        break;
-    }
-  }
-  for (uint32_t a = 0; a < op->num_attrs; a++)
-    if (op->attrs[a].required && !L->attrs[a].given) return op_fail(L, "required attribute \"%s\" is missing", op->attrs[a].name);
-  return OAR_SUCCESS;
+  return oar_ps_parse_attrs(L->op->name, L->op->attrs, L->op->num_attrs, attrs, num_attrs, L->attrs, dtype_from_dl);
 }
 
 bool same_shape(const cu_tensor& a, const cu_tensor& b) {
@@ -285,9 +216,7 @@ oar_status op_fail(const cu_launch* L, const char* format, ...) {
 }
 
 oar_status normalize_dim(const cu_launch* L, const char* attr, int64_t dim, int32_t ndim, int32_t* out) {
-  if (dim < -(int64_t)ndim || dim >= ndim) return op_fail(L, "%s %lld is out of range for %d dims", attr, (long long)dim, (int)ndim);
-  *out = (int32_t)(dim < 0 ? dim + ndim : dim);
-  return OAR_SUCCESS;
+  return oar_ps_normalize_dim(L->op->name, attr, dim, ndim, out);
 }
 
 oar_status launch_result(const cu_launch* L, const char* what) {

@@ -32,19 +32,9 @@ struct cu_launch;
 #define OAR_OP_DEF_LAUNCH cu_launch
 #include "oar_op_def.h"
 
-struct kernel_attr {
-  int32_t type;
-  bool given;
-  int64_t i;
-  double f;
-  int32_t count;
-  uint8_t dtype;
-  union {
-    int64_t ints[CU_ATTR_MAX_ITEMS];
-    double floats[CU_ATTR_MAX_ITEMS];
-    char s[CU_ATTR_MAX_STRING];
-  } v;
-};
+/* One attribute of a launch (oar/plugin_support.h): the caller's value or the default; dtype holds a
+   cu dtype id. */
+typedef oar_ps_attr kernel_attr;
 
 struct cu_launch {
   cu_stream* stream;

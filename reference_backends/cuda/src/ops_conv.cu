@@ -14,10 +14,8 @@
 #include "ops.h"
 
 namespace {
-struct conv_geometry {
-  int64_t stride[2], padding[2], dilation[2];
-  int64_t groups, batch, in_c, in_h, in_w, out_c, k_h, k_w, out_h, out_w, group_in, group_out;
-};
+/* The geometry of a conv2d (oar/plugin_support.h's, checked there); passed to the kernels by value. */
+typedef oar_ps_conv2d conv_geometry;
 
 __device__ inline int64_t at4(const cu_tensor& t, int64_t a, int64_t b, int64_t c, int64_t d) {
   return a * t.strides[0] + b * t.strides[1] + c * t.strides[2] + d * t.strides[3];
@@ -93,52 +91,12 @@ __global__ void conv_backward_weight(cu_tensor grad, cu_tensor x, cu_tensor out,
 
 /* ---- host: attributes, geometry, shapes ------------------------------------------------ */
 
-/* An ints attribute of 1 (both dims) or 2 entries, each in [minimum, INT32_MAX]. */
-oar_status attr_pair(const cu_launch* L, int index, const char* name, int64_t minimum, int64_t pair[2]) {
-  const kernel_attr& a = L->attrs[index];
-  if (a.count != 1 && a.count != 2) return op_fail(L, "attribute '%s' needs 1 or 2 entries, got %d", name, (int)a.count);
-  for (int i = 0; i < 2; i++) {
-    pair[i] = a.v.ints[a.count == 2 ? i : 0];
-    if (pair[i] < minimum || pair[i] > INT32_MAX)
-      return op_fail(L, "%s %" PRId64 " is out of range [%" PRId64 ", %d]", name, pair[i], minimum, INT32_MAX);
-  }
-  return OAR_SUCCESS;
-}
-
 /* Geometry from x's shape [N, C, H, W], weight's [O, C / groups, kH, kW] and the attributes
    stride, padding, dilation, groups at their indices (first_attr: stride; ops.yaml's order). */
 oar_status conv_geometry_of(const cu_launch* L, int first_attr, const int64_t* x_shape, const int64_t* w_shape,
                             conv_geometry* g) {
-  oar_status status;
-  if ((status = attr_pair(L, first_attr, "stride", 1, g->stride)) != OAR_SUCCESS ||
-      (status = attr_pair(L, first_attr + 1, "padding", 0, g->padding)) != OAR_SUCCESS ||
-      (status = attr_pair(L, first_attr + 2, "dilation", 1, g->dilation)) != OAR_SUCCESS)
-    return status;
-  g->groups = attr_int(L, first_attr + 3);
-  g->batch = x_shape[0];
-  g->in_c = x_shape[1];
-  g->in_h = x_shape[2];
-  g->in_w = x_shape[3];
-  g->out_c = w_shape[0];
-  g->k_h = w_shape[2];
-  g->k_w = w_shape[3];
-  if (g->groups < 1 || g->in_c % g->groups != 0 || g->out_c % g->groups != 0)
-    return op_fail(L, "groups %" PRId64 " must be >= 1 and divide the %" PRId64 " input and %" PRId64 " output channels",
-                   g->groups, g->in_c, g->out_c);
-  g->group_in = g->in_c / g->groups;
-  g->group_out = g->out_c / g->groups;
-  if (w_shape[1] != g->group_in)
-    return op_fail(L, "weight has %" PRId64 " input channels per group, x has %" PRId64 " channels in %" PRId64
-                   " groups (%" PRId64 " each)", w_shape[1], g->in_c, g->groups, g->group_in);
-  if (g->k_h < 1 || g->k_w < 1) return op_fail(L, "the kernel is %" PRId64 "x%" PRId64 ", must be at least 1x1", g->k_h, g->k_w);
-  int64_t span_h = g->in_h + 2 * g->padding[0] - g->dilation[0] * (g->k_h - 1) - 1;
-  int64_t span_w = g->in_w + 2 * g->padding[1] - g->dilation[1] * (g->k_w - 1) - 1;
-  if (span_h < 0 || span_w < 0)
-    return op_fail(L, "the dilated %" PRId64 "x%" PRId64 " kernel is larger than the padded %" PRId64 "x%" PRId64 " input",
-                   g->k_h, g->k_w, g->in_h + 2 * g->padding[0], g->in_w + 2 * g->padding[1]);
-  g->out_h = span_h / g->stride[0] + 1;
-  g->out_w = span_w / g->stride[1] + 1;
-  return OAR_SUCCESS;
+  return oar_ps_conv2d_geometry(L->op->name, x_shape, w_shape, &L->attrs[first_attr], &L->attrs[first_attr + 1],
+                                &L->attrs[first_attr + 2], &L->attrs[first_attr + 3], g);
 }
 
 bool shape_is(const cu_tensor& t, const int64_t* shape) {

@@ -1,39 +1,7 @@
-/* Thread-local last error, the host's log sink, OpenCL error names. */
-#include <stdarg.h>
+/* OpenCL error names and their oar_status (the message itself is oar/plugin_support.h's). */
 #include <stdio.h>
-#include <string.h>
-#include <time.h>
 
 #include "internal.h"
-
-static _Thread_local char last_error[OCL_ERROR_BYTES];
-static void (*log_sink)(void*, int32_t, const char*);
-static void* log_user_data;
-
-oar_status ocl_fail(oar_status status, const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  vsnprintf(last_error, sizeof last_error, format, args);
-  va_end(args);
-  return status;
-}
-
-const char* ocl_get_last_error_message(void) { return last_error; }
-
-void ocl_set_log_sink(void (*sink)(void*, int32_t, const char*), void* user_data) {
-  log_sink = sink;
-  log_user_data = user_data;
-}
-
-void ocl_log(int32_t level, const char* format, ...) {
-  if (!log_sink) return;
-  char message[OCL_ERROR_BYTES];
-  va_list args;
-  va_start(args, format);
-  vsnprintf(message, sizeof message, format, args);
-  va_end(args);
-  log_sink(log_user_data, level, message);
-}
 
 const char* ocl_error_name(cl_int error) {
   switch (error) {
@@ -98,8 +66,3 @@ oar_status ocl_fail_cl(cl_int error, const char* entry, const char* what) {
   return ocl_fail(status, "%s: %s failed: %s (%d)", entry, what, ocl_error_name(error), (int)error);
 }
 
-int64_t ocl_now_ns(void) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}

@@ -8,6 +8,7 @@
 #include <CL/cl.h>
 #include <oar/device_api.h>
 #include <oar/opencl.h>
+#include <oar/plugin_support.h>
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,7 +22,7 @@
 #define OCL_VERSION "0.1.0"
 #define OCL_MAX_DIMS 8
 #define OCL_ALIGNMENT 256
-#define OCL_ERROR_BYTES 2048
+#define OCL_ERROR_BYTES OAR_PS_MESSAGE_BYTES
 #define OCL_MAX_DEVICES 16
 
 _Static_assert(sizeof(void*) == 8, "the plugin encodes handles and device addresses in 64-bit pointers");
@@ -33,14 +34,16 @@ _Static_assert(sizeof(g_nd) <= 400 && sizeof(g_rows) <= 720 && sizeof(g_matmul) 
 
 /* ---- error.c -------------------------------------------------------------------- */
 
-oar_status ocl_fail(oar_status status, const char* format, ...) __attribute__((format(printf, 2, 3)));
-const char* ocl_get_last_error_message(void);
-void ocl_set_log_sink(void (*sink)(void*, int32_t, const char*), void* user_data);
-void ocl_log(int32_t level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+/* The thread-local last error, the host's log sink and the clock are
+   oar/plugin_support.h's (groups 1 and 2); the plugin spells them ocl_*. */
+#define ocl_fail oar_ps_fail
+#define ocl_get_last_error_message oar_ps_last_error_message
+#define ocl_set_log_sink oar_ps_set_log_sink
+#define ocl_log oar_ps_log
+#define ocl_now_ns oar_ps_now_ns
 const char* ocl_error_name(cl_int error);
 /* Fails with a status for an OpenCL error of `what` (CL_OUT_OF_*: OUT_OF_MEMORY, else INTERNAL). */
 oar_status ocl_fail_cl(cl_int error, const char* entry, const char* what);
-int64_t ocl_now_ns(void);
 
 #define OCL_TRY(expression)            \
   do {                                 \

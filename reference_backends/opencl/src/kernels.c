@@ -205,53 +205,22 @@ static oar_status make_tensor(ocl_launch* L, const char* role, const oar_dl_tens
                               ocl_tensor* t) {
   const char* op = L->op->name;
   uint8_t dtype;
-  if (tensor->ndim < 0 || tensor->ndim > OCL_MAX_DIMS)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s has %d dims (0..%d allowed)", op, role,
-                    tensor->ndim, OCL_MAX_DIMS);
-  if (tensor->ndim > 0 && !tensor->shape)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s shape is NULL", op, role);
   if (!dtype_from_dl(tensor->dtype, &dtype) || dtype != expected)
     return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
                     "kernel_launch: %s: %s has dtype {code %u, bits %u, lanes %u}, the kernel was queried for %s", op,
                     role, tensor->dtype.code, tensor->dtype.bits, tensor->dtype.lanes, dtype_name(expected));
   memset(t, 0, sizeof *t);
+  oar_ps_layout layout;
+  OCL_TRY(oar_ps_check_descriptor(op, role, tensor, dtype_size(dtype), &layout));
   t->ndim = tensor->ndim;
   t->dtype = dtype;
   t->elem_size = dtype_size(dtype);
-  uint64_t numel = 1, last = 0;
-  bool overflow = false;
-  for (int d = tensor->ndim - 1; d >= 0; d--) {
-    int64_t size = tensor->shape[d];
-    if (size < 0)
-      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s shape[%d] is %" PRId64, op, role, d, size);
-    int64_t stride = tensor->strides ? tensor->strides[d] : (int64_t)numel;
-    if (stride < 0)
-      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s strides[%d] is negative (%" PRId64 ")", op,
-                      role, d, stride);
-    t->shape[d] = size;
-    t->strides[d] = stride;
-    uint64_t reach;
-    overflow |= __builtin_mul_overflow(numel, (uint64_t)size, &numel);
-    if (size > 0) {
-      overflow |= __builtin_mul_overflow((uint64_t)(size - 1), (uint64_t)stride, &reach);
-      overflow |= __builtin_add_overflow(last, reach, &last);
-    }
-  }
-  uint64_t extent = 0;
-  if (numel > 0) {
-    overflow |= __builtin_add_overflow(last, 1, &extent);
-    overflow |= __builtin_mul_overflow(extent, (uint64_t)t->elem_size, &extent);
-  }
-  if (overflow || numel > (uint64_t)INT64_MAX / 2)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s shape/strides overflow", op, role);
-  t->numel = (int64_t)numel;
-  if (numel == 0) return OAR_SUCCESS; /* never touched */
-  if (!tensor->data) return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s data is NULL", op, role);
-  uintptr_t start = (uintptr_t)tensor->data + (uintptr_t)tensor->byte_offset;
-  if (start % (uintptr_t)t->elem_size != 0)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
-                    "kernel_launch: %s: %s data + byte_offset (%p + %llu) is not aligned to its %d-byte elements", op,
-                    role, tensor->data, (unsigned long long)tensor->byte_offset, t->elem_size);
+  memcpy(t->shape, layout.shape, sizeof t->shape);
+  memcpy(t->strides, layout.strides, sizeof t->strides);
+  t->numel = layout.numel;
+  if (layout.numel == 0) return OAR_SUCCESS; /* never touched */
+  uintptr_t start = (uintptr_t)layout.start;
+  uint64_t extent = layout.extent_bytes;
   char what[64];
   snprintf(what, sizeof what, "%s: %s data + byte_offset", op, role);
   uint64_t offset = 0;
@@ -262,137 +231,18 @@ static oar_status make_tensor(ocl_launch* L, const char* role, const oar_dl_tens
 
 /* ---- attributes ------------------------------------------------------------------------------ */
 
-static const char* attr_type_name(int32_t type) {
-  switch (type) {
-    case OAR_ATTR_INT: return "OAR_ATTR_INT";
-    case OAR_ATTR_FLOAT: return "OAR_ATTR_FLOAT";
-    case OAR_ATTR_BOOL: return "OAR_ATTR_BOOL";
-    case OAR_ATTR_INTS: return "OAR_ATTR_INTS";
-    case OAR_ATTR_FLOATS: return "OAR_ATTR_FLOATS";
-    case OAR_ATTR_STRING: return "OAR_ATTR_STRING";
-    case OAR_ATTR_DTYPE: return "OAR_ATTR_DTYPE";
-    default: return "an unknown type";
-  }
-}
-
-static void attr_default(const op_attr_def* def, kernel_attr* value) {
-  memset(value, 0, sizeof *value);
-  value->type = def->type;
-  value->i = def->default_int;
-  value->f = def->default_float;
-  if (def->type == OAR_ATTR_INTS || def->type == OAR_ATTR_FLOATS) {
-    value->count = def->default_count;
-    for (int32_t k = 0; k < def->default_count; k++) {
-      if (def->type == OAR_ATTR_INTS) value->v.ints[k] = def->default_ints[k];
-      else value->v.floats[k] = def->default_floats[k];
-    }
-  } else if (def->type == OAR_ATTR_STRING && def->default_string) {
-    value->count = (int32_t)strlen(def->default_string);
-    memcpy(value->v.s, def->default_string, (size_t)value->count + 1);
-  }
-}
-
-static oar_status attr_take(const char* op, const op_attr_def* def, const oar_attr* attr, kernel_attr* value) {
-  const char* name = def->name;
-  bool ok = def->type == OAR_ATTR_FLOAT ? (attr->type == OAR_ATTR_FLOAT || attr->type == OAR_ATTR_INT)
-                                        : attr->type == def->type;
-  if (!ok)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' must be %s%s, not %s", op, name,
-                    attr_type_name(def->type), def->type == OAR_ATTR_FLOAT ? " (or OAR_ATTR_INT)" : "",
-                    attr_type_name(attr->type));
-  value->given = true;
-  switch (def->type) {
-    case OAR_ATTR_INT:
-      value->i = attr->value.i;
-      value->f = (double)attr->value.i;
-      break;
-    case OAR_ATTR_BOOL:
-      if (attr->value.i != 0 && attr->value.i != 1)
-        return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
-                        "kernel_launch: %s: attribute '%s' (OAR_ATTR_BOOL) is %" PRId64 ", not 0 or 1", op, name,
-                        attr->value.i);
-      value->i = attr->value.i;
-      break;
-    case OAR_ATTR_FLOAT:
-      if (attr->type == OAR_ATTR_INT) {
-        value->exact_int = true;
-        value->i = attr->value.i;
-        value->f = (double)attr->value.i;
-      } else {
-        value->f = attr->value.f;
-      }
-      break;
-    case OAR_ATTR_INTS:
-    case OAR_ATTR_FLOATS:
-      if (attr->count < 0 || attr->count > OCL_ATTR_MAX_ITEMS)
-        return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' has %" PRId64 " entries, not 0..%d",
-                        op, name, attr->count, OCL_ATTR_MAX_ITEMS);
-      if (attr->count > 0 && !(def->type == OAR_ATTR_INTS ? (const void*)attr->value.ints : (const void*)attr->value.floats))
-        return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' has %" PRId64 " entries but a NULL array",
-                        op, name, attr->count);
-      value->count = (int32_t)attr->count;
-      for (int64_t k = 0; k < attr->count; k++) {
-        if (def->type == OAR_ATTR_INTS) value->v.ints[k] = attr->value.ints[k];
-        else value->v.floats[k] = attr->value.floats[k];
-      }
-      break;
-    case OAR_ATTR_STRING: {
-      if (!attr->value.s)
-        return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' is a NULL string", op, name);
-      size_t length = strnlen(attr->value.s, OCL_ATTR_MAX_STRING);
-      if (length >= OCL_ATTR_MAX_STRING)
-        return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' is longer than %d bytes", op,
-                        name, OCL_ATTR_MAX_STRING - 1);
-      value->count = (int32_t)length;
-      memcpy(value->v.s, attr->value.s, length + 1);
-      break;
-    }
-    case OAR_ATTR_DTYPE:
-      if (!dtype_from_dl(attr->value.dtype, &value->dtype) || !castable(value->dtype))
-        return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
-                        "kernel_launch: %s: attribute '%s' is dtype {code %u, bits %u, lanes %u}, which this plugin "
-                        "does not know",
-                        op, name, attr->value.dtype.code, attr->value.dtype.bits, attr->value.dtype.lanes);
-      break;
-    default:
-      return ocl_fail(OAR_ERROR_INTERNAL, "kernel_launch: %s: attribute '%s' has a bad declaration", op, name);
-  }
-  return OAR_SUCCESS;
+/* A dtype attribute names a dtype the plugin can cast to. */
+static bool read_castable_dtype(oar_dl_data_type dl, uint8_t* dtype) {
+  return dtype_from_dl(dl, dtype) && castable(*dtype);
 }
 
 static oar_status parse_attrs(ocl_launch* L, const oar_attr* attrs, size_t num_attrs) {
-  const op_def* op = L->op;
-  if (num_attrs && !attrs) return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attrs is NULL", op->name);
-  for (uint32_t a = 0; a < op->num_attrs; a++) attr_default(&op->attrs[a], &L->attrs[a]);
-  for (size_t i = 0; i < num_attrs; i++) {
-    const oar_attr* attr = &attrs[i];
-    if (!attr->name)
-      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attrs[%zu].name is NULL", op->name, i);
-    uint32_t a = 0;
-    while (a < op->num_attrs && strcmp(op->attrs[a].name, attr->name) != 0) a++;
-    if (a == op->num_attrs) {
-      char known[160] = "";
-      for (uint32_t k = 0; k < op->num_attrs; k++)
-        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "", op->attrs[k].name);
-      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: unknown attribute '%.64s' (%s%s)", op->name,
-                      attr->name, op->num_attrs ? "it takes: " : "it takes none", known);
-    }
-    if (L->attrs[a].given)
-      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' given twice", op->name,
-                      op->attrs[a].name);
-    OCL_TRY(attr_take(op->name, &op->attrs[a], attr, &L->attrs[a]));
-  }
-  for (uint32_t a = 0; a < op->num_attrs; a++)
-    if (op->attrs[a].required && !L->attrs[a].given)
-      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' (%s) is required", op->name,
-                      op->attrs[a].name, attr_type_name(op->attrs[a].type));
-  return OAR_SUCCESS;
+  return oar_ps_parse_attrs(L->op->name, L->op->attrs, L->op->num_attrs, attrs, num_attrs, L->attrs,
+                            read_castable_dtype);
 }
 
 static int find_attr(const op_def* op, const char* name) {
-  for (uint32_t a = 0; a < op->num_attrs; a++)
-    if (strcmp(op->attrs[a].name, name) == 0) return (int)a;
-  return -1;
+  return oar_ps_find_attr(op->attrs, op->num_attrs, name);
 }
 
 static bool same_shape(const ocl_tensor* a, const ocl_tensor* b) {

@@ -431,10 +431,7 @@ int64_t shape_numel(int ndim, const int64_t* shape) {
 }
 
 void format_shape(char* text_out, size_t bytes, int ndim, const int64_t* shape) {
-  size_t used = (size_t)snprintf(text_out, bytes, "[");
-  for (int d = 0; d < ndim && used < bytes; d++)
-    used += (size_t)snprintf(text_out + used, bytes - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
-  if (used < bytes) snprintf(text_out + used, bytes - used, "]");
+  oar_ps_format_shape(text_out, bytes, ndim, shape);
 }
 
 bool shape_equals(const ocl_tensor* t, int ndim, const int64_t* shape) {
@@ -453,12 +450,7 @@ oar_status shape_error(const char* op, const char* role, const ocl_tensor* got, 
 }
 
 oar_status normalize_dim(const char* op, const char* attr, int64_t dim, int32_t ndim, int32_t* out) {
-  int64_t rank = ndim > 0 ? ndim : 1;
-  if (dim < -rank || dim >= rank)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s %lld is out of range for %d dims", op, attr,
-                    (long long)dim, ndim);
-  *out = (int32_t)(dim < 0 ? dim + rank : dim);
-  return OAR_SUCCESS;
+  return oar_ps_normalize_dim(op, attr, dim, ndim, out);
 }
 
 void nd_geometry_strided(g_nd* g, int ndim, const int64_t* shape, const int64_t* const* strides,

@@ -51,20 +51,9 @@ typedef struct ocl_launch ocl_launch;
 #define OAR_OP_DEF_LAUNCH ocl_launch
 #include "oar_op_def.h"
 
-typedef struct kernel_attr {
-  int32_t type;
-  bool given;
-  bool exact_int; /* a float attribute passed as OAR_ATTR_INT: i holds it exactly */
-  int64_t i;
-  double f;
-  int32_t count;
-  uint8_t dtype;
-  union {
-    int64_t ints[OCL_ATTR_MAX_ITEMS];
-    double floats[OCL_ATTR_MAX_ITEMS];
-    char s[OCL_ATTR_MAX_STRING];
-  } v;
-} kernel_attr;
+/* One attribute of a launch (oar/plugin_support.h): the caller's value or the default; dtype holds an
+   ocl dtype id. */
+typedef oar_ps_attr kernel_attr;
 
 /* A resolved tensor: shape / strides in elements, its buffer and the element
    offset of element 0 in it (data is NULL-free only when numel > 0). */

@@ -156,69 +156,34 @@ oar_status ocl_op_bmm(ocl_launch* L) {
 
 /* ---- conv2d -------------------------------------------------------------------------------- */
 
-static oar_status attr_pair(const ocl_launch* L, int index, const char* op, const char* name, int64_t minimum,
-                            int64_t pair[2]) {
-  int32_t count;
-  const int64_t* values = attr_ints(L, index, &count);
-  if (count != 1 && count != 2)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: attribute '%s' needs 1 or 2 entries, got %d", op,
-                    name, count);
-  for (int i = 0; i < 2; i++) {
-    pair[i] = values[count == 2 ? i : 0];
-    if (pair[i] < minimum || pair[i] > INT32_MAX)
-      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: %s %lld is out of range [%lld, %d]", op, name,
-                      (long long)pair[i], (long long)minimum, INT32_MAX);
-  }
-  return OAR_SUCCESS;
-}
-
 typedef struct conv_attr_indices {
   int stride, padding, dilation, groups;
 } conv_attr_indices;
 
-/* Geometry from x's shape [N, C, H, W] and weight's [O, C / groups, kH, kW]. */
+/* Geometry from x's shape [N, C, H, W] and weight's [O, C / groups, kH, kW] (oar/plugin_support.h's
+   checks), as the kernels' argument block. */
 static oar_status conv_geometry(const ocl_launch* L, const char* op, conv_attr_indices at, const int64_t* x_shape,
                                 const int64_t* w_shape, g_conv* g) {
+  oar_ps_conv2d shared;
+  OCL_TRY(oar_ps_conv2d_geometry(op, x_shape, w_shape, &L->attrs[at.stride], &L->attrs[at.padding],
+                                 &L->attrs[at.dilation], &L->attrs[at.groups], &shared));
   memset(g, 0, sizeof *g);
-  int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
-  OCL_TRY(attr_pair(L, at.stride, op, "stride", 1, stride));
-  OCL_TRY(attr_pair(L, at.padding, op, "padding", 0, padding));
-  OCL_TRY(attr_pair(L, at.dilation, op, "dilation", 1, dilation));
-  g->groups = attr_int(L, at.groups);
-  g->batch = x_shape[0];
-  g->in_c = x_shape[1];
-  g->in_h = x_shape[2];
-  g->in_w = x_shape[3];
-  g->out_c = w_shape[0];
-  g->k_h = w_shape[2];
-  g->k_w = w_shape[3];
-  g->stride_h = stride[0];
-  g->stride_w = stride[1];
-  g->pad_h = padding[0];
-  g->pad_w = padding[1];
-  g->dil_h = dilation[0];
-  g->dil_w = dilation[1];
-  if (g->groups < 1 || g->in_c % g->groups != 0 || g->out_c % g->groups != 0)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
-                    "kernel_launch: %s: groups %lld must be >= 1 and divide the %lld input and %lld output channels",
-                    op, (long long)g->groups, (long long)g->in_c, (long long)g->out_c);
-  if (w_shape[1] != g->in_c / g->groups)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
-                    "kernel_launch: %s: weight has %lld input channels per group, x has %lld channels in %lld groups "
-                    "(%lld each)", op, (long long)w_shape[1], (long long)g->in_c, (long long)g->groups,
-                    (long long)(g->in_c / g->groups));
-  if (g->k_h < 1 || g->k_w < 1)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: the kernel is %lldx%lld, must be at least 1x1", op,
-                    (long long)g->k_h, (long long)g->k_w);
-  int64_t span_h = g->in_h + 2 * g->pad_h - g->dil_h * (g->k_h - 1) - 1;
-  int64_t span_w = g->in_w + 2 * g->pad_w - g->dil_w * (g->k_w - 1) - 1;
-  if (span_h < 0 || span_w < 0)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
-                    "kernel_launch: %s: the dilated %lldx%lld kernel is larger than the padded %lldx%lld input", op,
-                    (long long)g->k_h, (long long)g->k_w, (long long)(g->in_h + 2 * g->pad_h),
-                    (long long)(g->in_w + 2 * g->pad_w));
-  g->out_h = span_h / g->stride_h + 1;
-  g->out_w = span_w / g->stride_w + 1;
+  g->groups = shared.groups;
+  g->batch = shared.batch;
+  g->in_c = shared.in_c;
+  g->in_h = shared.in_h;
+  g->in_w = shared.in_w;
+  g->out_c = shared.out_c;
+  g->k_h = shared.k_h;
+  g->k_w = shared.k_w;
+  g->stride_h = shared.stride[0];
+  g->stride_w = shared.stride[1];
+  g->pad_h = shared.padding[0];
+  g->pad_w = shared.padding[1];
+  g->dil_h = shared.dilation[0];
+  g->dil_w = shared.dilation[1];
+  g->out_h = shared.out_h;
+  g->out_w = shared.out_w;
   return OAR_SUCCESS;
 }
 

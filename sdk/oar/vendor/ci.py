@@ -40,15 +40,21 @@ def _environment():
 
 def render(system: str, *, device_type: str = "npu", expected: str | None = "conformance/expected.yaml",
            quick: bool = True, fault_op: str | None = None, python_version: str = "3.11",
-           oar_requirement: str = "oar", runner: str | None = None, project: str | None = None) -> str:
+           oar_requirement: str = "oar", runner: str | None = None, project: str | None = None,
+           c_tests: bool = False) -> str:
     """The CI file of ``system`` for a plugin of ``device_type``.
 
     ``expected``: the expected-results file (None: without, so any failed test fails the job);
     ``quick``: the frozen quick tier rather than the whole suite; ``fault_op``: the plugin's
     fault-injection op for the sticky-error tests; ``oar_requirement``: how pip gets Oar (a
     name, a version spec, or a wheel's path or URL); ``runner``: GitHub's runs-on label, GitLab's
-    tag, Jenkins's agent label (default: a hosted Linux machine / any agent).
+    tag, Jenkins's agent label (default: a hosted Linux machine / any agent); ``c_tests``: also
+    build the project under ASan + UBSan and run its ctest tests (the C self-test and the leak
+    driver of an ``oar new-backend`` project, whose CMake options are ``<PROJECT>_SANITIZE`` and
+    ``<PROJECT>_BUILD_TESTS``; needs ``project``).
     """
+    if c_tests and not project:
+        raise ValueError("c_tests needs the project's name (its CMake options are <PROJECT>_SANITIZE ...)")
     from oar import __version__
 
     if system not in SYSTEMS:
@@ -73,5 +79,8 @@ def render(system: str, *, device_type: str = "npu", expected: str | None = "con
         "runner": _DEFAULT_RUNNERS[system] if runner is None else runner,
         "oar_version": __version__, "tier": "quick tier" if quick else "whole suite",
         "path": PATHS[system],
+        "c_tests": c_tests,
+        "asan_configure": (f"cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -D{project.upper()}_SANITIZE=ON "
+                           f"-D{project.upper()}_BUILD_TESTS=ON" if c_tests else ""),
     }
     return _environment().get_template(_TEMPLATE_NAMES[system]).render(context)

@@ -226,7 +226,7 @@ def generate(name: str, device_type: str, directory: str | Path | None = None, *
         written.append(_write(root / relative, text))
     for system in ci:
         text = oar_ci.render(system, device_type=device_type, expected="conformance/expected.yaml",
-                             fault_op=fault_op, project=name)
+                             fault_op=fault_op, project=name, c_tests=True)
         written.append(_write(root / oar_ci.PATHS[system], text))
     return written
 
