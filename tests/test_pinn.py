@@ -136,9 +136,6 @@ def test_compile_a_function_that_takes_second_derivatives(dev):
     assert worst < 1e-5
 
 
-@pytest.mark.xfail(strict=True, reason="oar.compile replay bug (codegen, not autograd): a replay returns wrong "
-                   "values when tensors allocated between calls stay alive; minimal case: "
-                   "oar.compile(lambda x: oar.cos(3.0 * x).mean()) with oar.ones(1) kept between calls")
 def test_compile_a_pinn_residual_and_its_gradients(dev):
     """The plate network's Laplacian residual and its parameter gradients, compiled vs eager."""
     plate = _plate()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from oar_codegen.ir import Access, Expr, ExprBuilder, walk
+from oar_codegen.ir import TOTAL_SUM, Access, Expr, ExprBuilder
 from oar_codegen.lower import Domain, LoweringRefused, access_of, domain_of, lower
 from oar_codegen.trace import HOST_READ, Launch, Trace
 
@@ -292,8 +292,8 @@ class _Planner:
         kind = group.domain.kind
         g = group.domain
         if kind == "ew":
-            loads_linear = all(_linear(a, g.cols) for a in _accesses(stores))
-            kind = "flat" if loads_linear else "row"
+            flat = _flattened(stores, g.rows, g.cols)
+            kind, stores = ("flat", flat) if flat is not None else ("row", stores)
         return KernelSpec(kind, g.rows, g.cols, slots, dtypes, stores,
                           [self.launches[i].op for i in group.members])
 
@@ -318,13 +318,50 @@ def _sums_all_rows(launch: Launch) -> bool:
     return launch.op == "cross_entropy" and launch.attrs.get("reduction", "mean") != "none"
 
 
-def _accesses(stores: list[Store]):
-    yield from (s.access for s in stores)
-    yield from (e.args[1] for e in walk(s.value for s in stores) if e.op == "load")
+def _flat_access(access: Access, rows: int, cols: int) -> Access | None:
+    """The access of element i = r * cols + c in one flat range of rows * cols elements (the flat
+    kernel's column index), or None when element (r, c) is not at offset + i (or one fixed place)."""
+    row_stride = 0 if rows == 1 else access.row_stride   # r is always 0
+    col_stride = 0 if cols == 1 else access.col_stride   # c is always 0
+    if (row_stride, col_stride) == (0, 0):
+        return Access(access.offset, 0, 0)
+    if (cols == 1 and row_stride == 1 and col_stride == 0) or (rows == 1 and row_stride == 0 and col_stride == 1) \
+            or (row_stride, col_stride) == (cols, 1):
+        return Access(access.offset, 0, 1)
+    return None
 
 
-def _linear(access: Access, cols: int) -> bool:
-    return (access.row_stride, access.col_stride) in ((cols, 1), (0, 0)) or (cols == 1 and access.col_stride in (0, 1))
+def _flattened(stores: list[Store], rows: int, cols: int) -> list[Store] | None:
+    """An elementwise kernel's stores with every access rewritten for one flat range (so loads and
+    stores index by the flat element, never by r, which the flat kernel holds at 0), or None when
+    some access is not linear in the flat index or a value reads the column index."""
+    b = ExprBuilder()
+    memo: dict[Expr, Expr | None] = {}
+
+    def rebuilt(e: Expr) -> Expr | None:
+        if e in memo:
+            return memo[e]
+        if e.op == "load":
+            buffer, access = e.args
+            flat = _flat_access(access, rows, cols)
+            out = None if flat is None else b.load(buffer, flat, "bool" if e.dtype == "bool" else "float32")
+        elif e.op == "const":
+            out = b.const(e.args[0])
+        elif e.op == "col" or e.is_reduction or e.op == TOTAL_SUM:
+            out = None  # not elementwise in the flat index
+        else:
+            args = [rebuilt(a) for a in e.args]
+            out = None if any(a is None for a in args) else b.call(e.op, *args, dtype=e.dtype)
+        memo[e] = out
+        return out
+
+    flat_stores = []
+    for s in stores:
+        access, value = _flat_access(s.access, rows, cols), rebuilt(s.value)
+        if access is None or value is None:
+            return None
+        flat_stores.append(Store(value, s.buffer, access, s.dtype))
+    return flat_stores
 
 
 def plan_trace(trace: Trace) -> Plan:
