@@ -231,25 +231,13 @@ def main() -> int:
         oar.synchronize(dev)
         return loss
 
-    # step 0 from the same weights: the losses agree
-    ours0, theirs0 = oar_step().item(), torch_step().item()
-    rel = abs(ours0 - theirs0) / abs(theirs0)
-    print(f"{'step-0 loss':<34} oar {ours0:.6f}, torch {theirs0:.6f}, relative diff {rel:.2e} "
-          f"(target <= 1e-4) {'ok' if rel <= 1e-4 else 'MISSED'}")
-
-    for _ in range(warmup):
-        oar_step(), torch_step()
-    ours_s, theirs_s = [], []
-    for _ in range(repeats):  # interleaved, so drift of the machine hits both alike
-        ours_s.append(_timed(oar_step))
-        theirs_s.append(_timed(torch_step))
-    ours, theirs = statistics.median(ours_s), statistics.median(theirs_s)
+    ours, theirs = compare_steps("Llama", oar_step, torch_step, repeats, warmup)
     print(f"device {dev}, Llama-style d_model {cfg.d_model}, {cfg.n_layers} layers, {cfg.n_heads} heads, "
           f"batch {batch} x seq {seq}, vocab {cfg.vocab_size}, AdamW; median of {repeats} steps after {warmup} "
           f"warm-up; torch {torch.__version__} with {torch.get_num_threads()} threads; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    report(f"train step d{cfg.d_model} L{cfg.n_layers} b{batch}x{seq}", ours * 1e3, "torch", theirs * 1e3, "ms",
-                higher_is_better=False, target=1.5)
+    report(f"train step d{cfg.d_model} L{cfg.n_layers} b{batch}x{seq}", ours, "torch", theirs, "ms",
+           higher_is_better=False, target=1.0)
 
     # steady state: device mallocs per step after warm-up, and how much the cache holds beyond the peak use
     before = oar.memory_stats(dev)["plugin_mallocs"]

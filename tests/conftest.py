@@ -23,3 +23,15 @@ def dev() -> str:
         if record.status == "loaded" and record.path.endswith("liboar_refcpu.so"):
             return f"{record.device_type}:0"
     pytest.skip("the CPU reference plugin is not loaded")
+
+
+@pytest.fixture
+def private_kernel_cache(tmp_path, monkeypatch, dev):
+    """A kernel cache of the test's own, and dev as the current device, for compiler tests."""
+    import oar
+
+    monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "kernels"))
+    previous = oar.get_device()
+    oar.set_device(dev)
+    yield
+    oar.set_device(previous)

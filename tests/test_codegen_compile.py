@@ -23,13 +23,7 @@ from oar_codegen.targets import builtin_targets  # noqa: E402
 from oar_codegen.trace import Recorder, observing  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch, dev):
-    monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "kernels"))
-    previous = oar.get_device()
-    oar.set_device(dev)
-    yield
-    oar.set_device(previous)
+pytestmark = pytest.mark.usefixtures("private_kernel_cache")
 
 
 def _host(t):

@@ -15,13 +15,7 @@ import oar
 RTOL, ATOL = 2e-5, 2e-6
 
 
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch, dev):
-    monkeypatch.setenv("OAR_CACHE_DIR", str(tmp_path / "kernels"))
-    previous = oar.get_device()
-    oar.set_device(dev)
-    yield
-    oar.set_device(previous)
+pytestmark = pytest.mark.usefixtures("private_kernel_cache")
 
 
 def _rand(*shape, seed=0):
