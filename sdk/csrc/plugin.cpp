@@ -345,21 +345,30 @@ std::vector<std::string> Plugin::missing_optional_entries() const {
 
 void Plugin::wait_interruptibly(const std::function<std::function<oar_status()>()>& make_query) const {
   using clock = std::chrono::steady_clock;
-  constexpr auto kFirstPause = std::chrono::microseconds(20);
+  // Short waits spin (yielding) so they end as soon as the work does; longer ones sleep.
+  constexpr auto kSpinFor = std::chrono::microseconds(500);
+  constexpr auto kFirstPause = std::chrono::microseconds(50);
   constexpr auto kLongestPause = std::chrono::microseconds(1000);
   constexpr auto kSignalCheckEvery = std::chrono::milliseconds(50);
   if (!python_open() || !on_main_thread()) return;
   ensure_usable();
   if (counted(make_query()) != OAR_ERROR_NOT_READY) return;  // done (or failed): no polling at all
+  const auto spin_end = clock::now() + kSpinFor;
   auto pause = kFirstPause;
   while (true) {
     std::function<oar_status()> query = make_query();  // raises if a handle went away meanwhile
     oar_status status = counted([&] {
       auto slice_end = clock::now() + kSignalCheckEvery;
       oar_status answer = OAR_ERROR_NOT_READY;
-      while (answer == OAR_ERROR_NOT_READY && clock::now() < slice_end) {
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, kLongestPause);
+      while (answer == OAR_ERROR_NOT_READY) {
+        auto now = clock::now();
+        if (now >= slice_end) break;
+        if (now < spin_end) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(pause);
+          pause = std::min(pause * 2, kLongestPause);
+        }
         answer = query();
       }
       return answer;
