@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -342,9 +343,62 @@ std::vector<std::string> Plugin::missing_optional_entries() const {
   return names;
 }
 
+void Plugin::wait_interruptibly(const std::function<std::function<oar_status()>()>& make_query) const {
+  using clock = std::chrono::steady_clock;
+  // Short waits spin (yielding) so they end as soon as the work does; longer ones sleep.
+  constexpr auto kSpinFor = std::chrono::microseconds(500);
+  constexpr auto kFirstPause = std::chrono::microseconds(50);
+  constexpr auto kLongestPause = std::chrono::microseconds(1000);
+  constexpr auto kSignalCheckEvery = std::chrono::milliseconds(50);
+  if (!python_open() || !on_main_thread()) return;
+  ensure_usable();
+  if (counted(make_query()) != OAR_ERROR_NOT_READY) return;  // done (or failed): no polling at all
+  const auto spin_end = clock::now() + kSpinFor;
+  auto pause = kFirstPause;
+  while (true) {
+    std::function<oar_status()> query = make_query();  // raises if a handle went away meanwhile
+    oar_status status = counted([&] {
+      auto slice_end = clock::now() + kSignalCheckEvery;
+      oar_status answer = OAR_ERROR_NOT_READY;
+      while (answer == OAR_ERROR_NOT_READY) {
+        auto now = clock::now();
+        if (now >= slice_end) break;
+        if (now < spin_end) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(pause);
+          pause = std::min(pause * 2, kLongestPause);
+        }
+        answer = query();
+      }
+      return answer;
+    });
+    if (status != OAR_ERROR_NOT_READY) return;  // the caller's synchronize reports the status
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    ensure_usable();
+  }
+}
+
 void Plugin::device_synchronize(int32_t device) {
   ensure_usable();
   check_device(device);
+  // Poll the device's live streams first, so Ctrl-C can end a long wait.
+  wait_interruptibly([this, device] {
+    std::vector<oar_stream> streams;
+    for (auto& [id, weak] : resources_[static_cast<int>(ResourceRank::kStream)]) {
+      auto resource = weak.lock();
+      if (oar_stream stream = resource ? resource->live_stream_on(device) : nullptr) streams.push_back(stream);
+    }
+    return std::function<oar_status()>([query = table_.stream_query, streams]() mutable -> oar_status {
+      // Streams found idle are dropped, so each slice only asks about the busy ones.
+      while (!streams.empty()) {
+        oar_status status = query(streams.back());
+        if (status == OAR_ERROR_NOT_READY) return status;
+        streams.pop_back();
+      }
+      return OAR_SUCCESS;
+    });
+  });
   oar_status status = call_status("device_synchronize", table_.device_synchronize, device);
   if (status != OAR_ERROR_INVALID_ARGUMENT) {  // a sticky error of failed work still ended the wait
     auto streams = resources_[static_cast<int>(ResourceRank::kStream)];

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -32,6 +33,8 @@ class PluginResource {
   virtual void release_before_finalize() = 0;
   // All work of `device` has completed (after device_synchronize).
   virtual void device_synchronized(int32_t /*device*/) {}
+  // This resource's plugin stream if it is a live stream of `device` (polled by device_synchronize).
+  virtual oar_stream live_stream_on(int32_t /*device*/) const { return nullptr; }
 };
 
 // Finalize releases resources by rank: streams (which wait for their work), then events, then modules.
@@ -103,6 +106,12 @@ class Plugin : public std::enable_shared_from_this<Plugin> {
     calls_in_flight_.fetch_sub(1);
     return result;
   }
+  // Before a blocking wait: if `make_query()()` (a non-blocking plugin query, called without the
+  // GIL) says OAR_ERROR_NOT_READY, poll it until it answers, running Python's signal handlers
+  // about every 50 ms, so Ctrl-C raises KeyboardInterrupt while the device keeps running.
+  // make_query runs with the GIL before each slice (it re-reads handles another thread may have
+  // destroyed). Returns at once off the main thread (no signals arrive there) and at exit.
+  void wait_interruptibly(const std::function<std::function<oar_status()>()>& make_query) const;
   // Reads the calling thread's last plugin message: call right after the failing entry point.
   [[noreturn]] void raise_status(const char* entry, oar_status status) const;
   [[noreturn]] void raise_not_provided(const char* entry) const;

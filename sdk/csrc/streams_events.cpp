@@ -35,10 +35,19 @@ void Stream::raise_destroyed() const {
 }
 
 void Stream::synchronize() {
+  wait_interruptibly_for_work();
   oar_status status = plugin_->call_status("stream_synchronize", plugin_->table().stream_synchronize, handle());
   // A failed piece of work (a sticky error) still ended the wait: the held host buffers are free.
   if (status != OAR_ERROR_INVALID_HANDLE) work_completed();
   if (status != OAR_SUCCESS) plugin_->raise_status("stream_synchronize", status);
+}
+
+void Stream::wait_interruptibly_for_work() const {
+  plugin_->wait_interruptibly([this] {
+    return std::function<oar_status()>([query = plugin_->table().stream_query, stream = handle()] {
+      return query(stream);
+    });
+  });
 }
 
 bool Stream::query() {
@@ -73,6 +82,7 @@ void Stream::add_callback(const py::object& callable) {
 }
 
 void Stream::destroy() {
+  wait_interruptibly_for_work();
   oar_stream stream = handle();
   // Synchronize first: destroy "may" wait for pending work, the held host buffers need it to.
   plugin_->call("stream_synchronize", plugin_->table().stream_synchronize, stream);
@@ -125,7 +135,14 @@ void Event::record(const Stream& stream) {
   plugin_->call("event_record", plugin_->table().event_record, handle(), stream.handle());
 }
 
-void Event::synchronize() { plugin_->call("event_synchronize", plugin_->table().event_synchronize, handle()); }
+void Event::synchronize() {
+  plugin_->wait_interruptibly([this] {
+    return std::function<oar_status()>([query = plugin_->table().event_query, event = handle()] {
+      return query(event);
+    });
+  });
+  plugin_->call("event_synchronize", plugin_->table().event_synchronize, handle());
+}
 
 bool Event::query() {
   oar_status status = plugin_->call_status("event_query", plugin_->table().event_query, handle());

@@ -35,6 +35,8 @@ class Stream : public PluginResource, public std::enable_shared_from_this<Stream
 
   void synchronize();
   bool query();
+  // Until stream_query says the enqueued work is done; Ctrl-C raises KeyboardInterrupt meanwhile.
+  void wait_interruptibly_for_work() const;
   void wait_event(const Event& event);
   void add_callback(const py::object& callable);
   void destroy();
@@ -56,6 +58,9 @@ class Stream : public PluginResource, public std::enable_shared_from_this<Stream
   void release_before_finalize() override;
   void device_synchronized(int32_t device) override {
     if (device == device_) work_completed();
+  }
+  oar_stream live_stream_on(int32_t device) const override {
+    return device == device_ && !plugin_->finalized() ? handle_ : nullptr;
   }
 
  private:
