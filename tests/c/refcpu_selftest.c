@@ -626,6 +626,66 @@ static void test_async_copy_waits_for_stream(void) {
   EXPECT_OK(api->mem_free(0, buffer));
 }
 
+/* A tiny launch keeps stream order whether it runs on the worker or on the caller. */
+static void test_small_launch_order(void) {
+  oar_stream stream = new_stream(0);
+  oar_event done = new_event(0, OAR_EVENT_DEFAULT);
+  oar_kernel add = query_kernel("add", 3, (oar_dl_data_type[]){F32, F32, F32});
+  float x[16], y[16], got[16];
+  for (int i = 0; i < 16; i++) x[i] = (float)i, y[i] = 0.5f;
+  char* a = device_alloc(0, sizeof x);
+  char* b = device_alloc(0, sizeof y);
+  char* out = device_alloc(0, sizeof got);
+  upload(a, x, sizeof x);
+  upload(b, y, sizeof y);
+  EXPECT_OK(api->mem_set(0, out, 0, sizeof got));
+  int64_t s16[1] = {16};
+  tensor_arg ta, tb, tout;
+  make_tensor(&ta, a, F32, 1, s16, NULL);
+  make_tensor(&tb, b, F32, 1, s16, NULL);
+  make_tensor(&tout, out, F32, 1, s16, NULL);
+
+  /* Behind held work it waits, and so does an event recorded after it. */
+  gate hold;
+  gate_init(&hold);
+  EXPECT_OK(api->stream_add_callback(stream, gate_callback, &hold));
+  EXPECT_OK(launch2(stream, add, &ta, &tb, &tout));
+  EXPECT_OK(api->event_record(done, stream));
+  sleep_ms(20);
+  CHECK(api->stream_query(stream) == OAR_ERROR_NOT_READY);
+  CHECK(api->event_query(done) == OAR_ERROR_NOT_READY);
+  download(got, out, sizeof got);
+  CHECK(got[3] == 0.0f && got[15] == 0.0f);
+  gate_open(&hold);
+  EXPECT_OK(api->event_synchronize(done));
+  download(got, out, sizeof got);
+  for (int i = 0; i < 16; i++) CHECK(got[i] == x[i] + y[i]);
+  EXPECT_OK(api->stream_synchronize(stream));
+
+  /* On an idle stream: complete for events and queries, and the caller's last error
+     message (from an earlier failing call) is left as it was. */
+  EXPECT_STATUS(api->stream_synchronize(NULL), OAR_ERROR_INVALID_HANDLE, "stream_synchronize");
+  char before[512];
+  snprintf(before, sizeof before, "%s", api->get_last_error_message());
+  for (int i = 0; i < 16; i++) y[i] = 2.0f;
+  upload(b, y, sizeof y);
+  EXPECT_OK(launch2(stream, add, &ta, &tb, &tout));
+  CHECK(strcmp(before, api->get_last_error_message()) == 0);
+  EXPECT_OK(api->event_record(done, stream));
+  EXPECT_OK(api->event_synchronize(done));
+  EXPECT_OK(api->stream_query(stream));
+  download(got, out, sizeof got);
+  for (int i = 0; i < 16; i++) CHECK(got[i] == x[i] + 2.0f);
+  EXPECT_OK(api->stream_synchronize(stream));
+
+  gate_destroy(&hold);
+  EXPECT_OK(api->event_destroy(done));
+  EXPECT_OK(api->stream_destroy(stream));
+  EXPECT_OK(api->mem_free(0, a));
+  EXPECT_OK(api->mem_free(0, b));
+  EXPECT_OK(api->mem_free(0, out));
+}
+
 /* Stream B waits on an event recorded after slow work on stream A. */
 static void test_cross_stream_wait(void) {
   oar_stream a = new_stream(0), b = new_stream(0);
@@ -1972,6 +2032,7 @@ int main(int argc, char** argv) {
       test_stream_arguments();
       test_stream_ordering();
       test_async_copy_waits_for_stream();
+      test_small_launch_order();
       test_cross_stream_wait();
       test_events();
       test_sticky_errors();

@@ -19,8 +19,11 @@
  * - Device pointers are opaque to the host. The host never dereferences
  *   them, but it may form (ptr + n) for 0 <= n <= allocation size and pass
  *   that to any call taking a device pointer; the plugin must accept it.
- * - Asynchronous calls enqueue work on an oar_stream and return before the
- *   work runs. Work on one stream runs in the order it was enqueued. Work on
+ * - Asynchronous calls enqueue work on an oar_stream and may return before the
+ *   work runs; a plugin may also complete small work before returning, when
+ *   nothing on the stream precedes it, so the host must rely on neither
+ *   (stream order, events and sticky errors hold either way). Work on one
+ *   stream runs in the order it was enqueued. Work on
  *   different streams is unordered unless joined with an event
  *   (event_record + stream_wait_event). Any descriptor, argument array or
  *   string passed to an asynchronous call is copied by the plugin before the

@@ -238,6 +238,7 @@ typedef struct refcpu_stream {
   command* free_nodes;         /* recycled command nodes */
   size_t free_node_count;
   bool worker_sleeping;
+  bool inline_running;         /* stream_submit_or_run is running a command on its caller */
   bool stopping;
   uint32_t sync_waiters;
   _Atomic uint64_t enqueued;   /* commands enqueued so far */
@@ -257,6 +258,10 @@ oar_status stream_lookup(oar_stream handle, const char* entry,
    the worker is woken only if it sleeps. Fails only when out of memory. */
 oar_status stream_submit(refcpu_stream* stream, const command* command,
                          const char* entry);
+/* Runs work on the calling thread when the stream is idle (nothing queued, running or
+   waited for), exactly as its worker would (sticky error, profiler), else stream_submit.
+   For small work only: the caller pays for it. */
+oar_status stream_submit_or_run(refcpu_stream* stream, command* work, const char* entry);
 /* The sticky error of the stream as seen now, for callbacks and records. */
 oar_status stream_current_error(refcpu_stream* stream, char* message,
                                 size_t message_bytes);

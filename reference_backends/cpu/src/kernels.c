@@ -30,6 +30,8 @@ static const op_def fault_op = {
 };
 
 #define KERNEL_MAX_DTYPES (REFCPU_KERNEL_MAX_INPUTS + REFCPU_KERNEL_MAX_OUTPUTS)
+/* Elementwise launches up to this many output elements may run on the caller (stream idle). */
+#define INLINE_ELEMENTWISE_ELEMENTS 4096
 
 /* One (device, op, dtypes) combination; lives until finalize. */
 typedef struct refcpu_kernel {
@@ -388,6 +390,21 @@ static oar_status check_reduction(kernel_command* cmd) {
   return OAR_SUCCESS;
 }
 
+/* Elementwise work this small costs less than handing it to the stream's worker. */
+static bool is_small_elementwise(const kernel_command* cmd) {
+  switch (cmd->op->kind) {
+    case OP_KIND_UNARY:
+    case OP_KIND_BINARY:
+    case OP_KIND_TERNARY:
+      break;
+    default:
+      return false;
+  }
+  int64_t elements = 1;
+  for (int d = 0; d < cmd->outputs[0].ndim; d++) elements *= cmd->outputs[0].shape[d];
+  return elements <= INLINE_ELEMENTWISE_ELEMENTS;
+}
+
 oar_status refcpu_kernel_launch(oar_stream stream_handle, oar_kernel kernel_handle,
                                 const oar_dl_tensor* inputs, size_t num_inputs,
                                 const oar_dl_tensor* outputs, size_t num_outputs,
@@ -449,6 +466,7 @@ oar_status refcpu_kernel_launch(oar_stream stream_handle, oar_kernel kernel_hand
       break;
   }
   if (op->check) REFCPU_TRY(op->check(cmd));
+  if (is_small_elementwise(cmd)) return stream_submit_or_run(stream, &launch, "kernel_launch");
   return stream_submit(stream, &launch, "kernel_launch");
 }
 

@@ -17,6 +17,8 @@
 
 static _Atomic uint64_t next_stream_id = 1;
 
+static void execute(refcpu_stream* stream, command* node);
+
 oar_status stream_lookup(oar_stream handle, const char* entry,
                          refcpu_stream** stream) {
   REFCPU_TRY(refcpu_check_ready(entry));
@@ -50,6 +52,39 @@ oar_status stream_submit(refcpu_stream* stream, const command* source,
   stream->tail = node;
   atomic_fetch_add_explicit(&stream->enqueued, 1, memory_order_release);
   bool wake = stream->worker_sleeping;
+  pthread_mutex_unlock(&stream->lock);
+  if (wake) pthread_cond_signal(&stream->work_ready);
+  return OAR_SUCCESS;
+}
+
+oar_status stream_submit_or_run(refcpu_stream* stream, command* work, const char* entry) {
+  pthread_mutex_lock(&stream->lock);
+  bool idle = !stream->head && !stream->inline_running && !stream->stopping &&
+              atomic_load_explicit(&stream->completed, memory_order_relaxed) ==
+                  atomic_load_explicit(&stream->enqueued, memory_order_relaxed);
+  if (!idle) {
+    pthread_mutex_unlock(&stream->lock);
+    return stream_submit(stream, work, entry);
+  }
+  stream->inline_running = true;
+  atomic_fetch_add_explicit(&stream->enqueued, 1, memory_order_release);
+  pthread_mutex_unlock(&stream->lock);
+
+  /* The call succeeds whatever the work does: keep the thread's last message (the ABI's
+     get_last_error_message reports failing calls only); a failure goes to the sticky error. */
+  const char* previous = refcpu_get_last_error_message();
+  char kept[REFCPU_ERROR_BYTES];
+  size_t kept_bytes = strnlen(previous, sizeof kept - 1);
+  memcpy(kept, previous, kept_bytes);
+  kept[kept_bytes] = '\0';
+  execute(stream, work);
+  if (strcmp(kept, refcpu_get_last_error_message()) != 0) refcpu_set_message(kept[0] ? kept : NULL);
+
+  pthread_mutex_lock(&stream->lock);
+  stream->inline_running = false;
+  atomic_fetch_add_explicit(&stream->completed, 1, memory_order_release);
+  if (stream->sync_waiters) pthread_cond_broadcast(&stream->work_done);
+  bool wake = stream->head && stream->worker_sleeping;
   pthread_mutex_unlock(&stream->lock);
   if (wake) pthread_cond_signal(&stream->work_ready);
   return OAR_SUCCESS;
@@ -134,10 +169,10 @@ static void execute(refcpu_stream* stream, command* node) {
 
 /* Polls briefly for new work: a launch arriving within microseconds then
    needs no wake-up call from the host thread. */
-static void spin_for_work(refcpu_stream* stream, uint64_t taken) {
+static void spin_for_work(refcpu_stream* stream, uint64_t seen) {
   int64_t deadline = refcpu_now_ns() + WORKER_SPIN_NS;
   for (int i = 0;; i++) {
-    if (atomic_load_explicit(&stream->enqueued, memory_order_acquire) != taken) return;
+    if (atomic_load_explicit(&stream->enqueued, memory_order_acquire) != seen) return;
     refcpu_cpu_relax();
     if ((i & 63) == 63 && refcpu_now_ns() > deadline) return;
   }
@@ -161,18 +196,19 @@ static void apply_priority(const refcpu_stream* stream) {
 static void* worker_main(void* argument) {
   refcpu_stream* stream = argument;
   apply_priority(stream);
-  uint64_t taken = 0;
   pthread_mutex_lock(&stream->lock);
   for (;;) {
-    while (!stream->head) {
-      if (stream->stopping) {
+    /* Work queued behind an inline run waits for it: the stream stays in order. */
+    while (!stream->head || stream->inline_running) {
+      if (!stream->head && stream->stopping) {
         pthread_mutex_unlock(&stream->lock);
         return NULL;
       }
+      uint64_t seen = atomic_load_explicit(&stream->enqueued, memory_order_relaxed);
       pthread_mutex_unlock(&stream->lock);
-      spin_for_work(stream, taken);
+      spin_for_work(stream, seen);
       pthread_mutex_lock(&stream->lock);
-      if (stream->head || stream->stopping) continue;
+      if ((stream->head && !stream->inline_running) || (!stream->head && stream->stopping)) continue;
       stream->worker_sleeping = true;
       pthread_cond_wait(&stream->work_ready, &stream->lock);
       stream->worker_sleeping = false;
@@ -180,7 +216,6 @@ static void* worker_main(void* argument) {
     command* node = stream->head;
     stream->head = node->next;
     if (!stream->head) stream->tail = NULL;
-    taken++;
     pthread_mutex_unlock(&stream->lock);
 
     execute(stream, node);
