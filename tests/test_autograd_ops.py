@@ -154,6 +154,26 @@ CASES = [
     ("avg_pool2d_backward", "avg_pool2d_backward", [("grad", rnd(115, 1, 1, 3, 3), True),
                                                     ("x", rnd(116, 1, 1, 5, 5), False)],
      {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]}),
+    ("layer_norm_backward_input", "layer_norm_backward_input",
+     [("grad", rnd(119, 3, 5), True), ("x", rnd(120, 3, 5), True), ("weight", rnd(121, 5), True)], {}),
+    ("layer_norm_backward_input_2d_noweight", "layer_norm_backward_input",
+     [("grad", rnd(122, 2, 3, 4), True), ("x", rnd(123, 2, 3, 4), True)], {"normalized_ndim": 2, "eps": 0.1}),
+    ("rms_norm_backward_input", "rms_norm_backward_input",
+     [("grad", rnd(124, 3, 5), True), ("x", rnd(125, 3, 5), True), ("weight", rnd(126, 5), True)], {}),
+    ("rms_norm_backward_input_2d_noweight", "rms_norm_backward_input",
+     [("grad", rnd(127, 2, 3, 4), True), ("x", rnd(128, 2, 3, 4), True)], {"normalized_ndim": 2, "eps": 0.1}),
+    # grad is a scalar for reduction mean/sum, one value per row for none
+    ("cross_entropy_backward", "cross_entropy_backward",
+     [("grad", rnd(129), True), ("logits", rnd(130, 4, 5), True), ("target", idx([1, 0, 4, 1]), False)], {}),
+    ("cross_entropy_backward_sum", "cross_entropy_backward",
+     [("grad", rnd(131), True), ("logits", rnd(132, 4, 5), True), ("target", idx([1, 0, 4, 1]), False)],
+     {"reduction": "sum"}),
+    ("cross_entropy_backward_none_ignore", "cross_entropy_backward",
+     [("grad", rnd(133, 4), True), ("logits", rnd(134, 4, 5), True), ("target", idx([1, -100, 4, 1]), False)],
+     {"reduction": "none"}),
+    ("cross_entropy_backward_mean_ignore", "cross_entropy_backward",
+     [("grad", rnd(135), True), ("logits", rnd(136, 4, 5), True), ("target", idx([3, 2, -1, 0]), False)],
+     {"ignore_index": -1}),
 ]
 
 CASE_OPS = {case[1] for case in CASES}

@@ -176,7 +176,7 @@ def reference_gradients(op: str, spec: Op, case: opcases.Case, upstream: np.ndar
 
     gradients = []
     for index in case.differentiable:
-        x = arrays[index] = np.ascontiguousarray(arrays[index])
+        x = arrays[index] = np.array(arrays[index], order="C")  # a copy that keeps a 0-d input 0-d
         flat = x.reshape(-1)
         out = np.empty(x.size)
         for i in range(x.size):

@@ -36,6 +36,7 @@ FN_PREFIX = "_fn_"
 HELPER_NAMES = frozenset({
     "unreduce", "count", "shape", "ndim", "inverse_permutation", "sum_leading",
     "slice_backward", "zeros_like", "ones_like", "max_pool2d_jvp",
+    "layer_norm_backward_input_dx", "rms_norm_backward_input_dx", "cross_entropy_row_scale",
 })
 # Arguments that only need a tensor's metadata (shape, dtype, device): an input read
 # only in such places is saved for backward as a TensorMeta, not kept alive.

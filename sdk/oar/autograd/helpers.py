@@ -15,7 +15,8 @@ from oar.autograd import _runtime as rt
 
 __all__ = [
     "TensorMeta", "unreduce", "count", "shape", "ndim", "inverse_permutation", "sum_leading",
-    "slice_backward", "zeros_like", "ones_like", "reduced_dims", "sum_to_shape", "max_pool2d_jvp", "HELPERS",
+    "slice_backward", "zeros_like", "ones_like", "reduced_dims", "sum_to_shape", "max_pool2d_jvp",
+    "layer_norm_backward_input_dx", "rms_norm_backward_input_dx", "cross_entropy_row_scale", "HELPERS",
 ]
 
 
@@ -226,9 +227,57 @@ def max_pool2d_jvp(v, x, kernel_size, stride=None, padding=(0, 0)):
     return result
 
 
+def _norm_backward_input_dx(v, grad, x, weight, normalized_ndim, eps, centered):
+    """d/dx of sum(v * out), out = rstd * (h - mean(h) - xhat * mean(h * xhat)) with h = grad * weight
+    (mean(h) and the centring of x dropped for rms_norm), over the trailing normalized_ndim dims:
+    rstd^2 * (xhat * (3 mean(h xhat) mean(v xhat) - mean(v h) + mean(h) mean(v))
+              - mean(v xhat) (h - mean(h)) - mean(h xhat) (v - mean(v))).
+    Built from ops, so it is differentiable again."""
+    rank = ndim(x)
+    dims = list(range(rank - int(normalized_ndim), rank))
+
+    def mean(t):
+        return _op("mean")(t, dim=dims, keepdim=True)
+
+    h = grad if weight is None else grad * weight
+    xc = x - mean(x) if centered else x
+    rstd = _op("rsqrt")(mean(xc * xc) + float(eps))
+    xhat = xc * rstd
+    h_xhat, v_xhat = mean(h * xhat), mean(v * xhat)
+    if centered:
+        h_mean, v_mean = mean(h), mean(v)
+        inner = xhat * (3.0 * h_xhat * v_xhat - mean(v * h) + h_mean * v_mean) \
+            - v_xhat * (h - h_mean) - h_xhat * (v - v_mean)
+    else:
+        inner = xhat * (3.0 * h_xhat * v_xhat - mean(v * h)) - v_xhat * h - h_xhat * v
+    return rstd * rstd * inner
+
+
+def layer_norm_backward_input_dx(v, grad, x, weight=None, normalized_ndim=1, eps=1e-5):
+    """The gradient of sum(v * layer_norm_backward_input(grad, x, weight)) with respect to x."""
+    return _norm_backward_input_dx(v, grad, x, weight, normalized_ndim, eps, centered=True)
+
+
+def rms_norm_backward_input_dx(v, grad, x, weight=None, normalized_ndim=1, eps=1e-6):
+    """The gradient of sum(v * rms_norm_backward_input(grad, x, weight)) with respect to x."""
+    return _norm_backward_input_dx(v, grad, x, weight, normalized_ndim, eps, centered=False)
+
+
+def cross_entropy_row_scale(grad, target, reduction="mean", ignore_index=-100):
+    """Each row's factor in cross_entropy_backward, shaped [N, 1]: grad (a scalar, or one per row for
+    reduction none), 0 where the target is ignore_index, divided by the count of targets not
+    ignored for mean (NaN when every target is ignored, as cross_entropy_backward gives)."""
+    kept = _op("ne")(target, int(ignore_index))
+    scale = _op("where")(kept, grad, 0.0)
+    if reduction == "mean":
+        scale = scale / _op("sum")(_op("cast")(kept, dtype=grad.dtype))
+    return _op("reshape")(scale, shape=[shape(target)[0], 1])
+
+
 HELPERS = {
     "unreduce": unreduce, "count": count, "shape": shape, "ndim": ndim,
     "inverse_permutation": inverse_permutation, "sum_leading": sum_leading,
     "slice_backward": slice_backward, "zeros_like": zeros_like, "ones_like": ones_like,
-    "max_pool2d_jvp": max_pool2d_jvp,
+    "max_pool2d_jvp": max_pool2d_jvp, "layer_norm_backward_input_dx": layer_norm_backward_input_dx,
+    "rms_norm_backward_input_dx": rms_norm_backward_input_dx, "cross_entropy_row_scale": cross_entropy_row_scale,
 }
