@@ -586,7 +586,7 @@ PluginClass register_plugin(py::module_& module) {
       },
       py::arg("address"), py::arg("origin"), py::arg("initialize") = true, py::arg("owner") = py::none(),
       "The same as load_plugin, from the address of an oar_plugin_init function. Pass as owner\n"
-      "whatever keeps that code alive (e.g. an oar.abi.PythonPlugin): the Plugin holds it, and\n"
+      "whatever keeps that code alive (e.g. an oar.vendor.abi.PythonPlugin): the Plugin holds it, and\n"
       "finalizes on destruction only if it has an owner (a bare address may be dead by then).");
   module.def("entry_points", [] {
     py::list entries;
