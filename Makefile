@@ -98,6 +98,8 @@ bench: install
 	$(PY) bench/matmul_gflops.py
 	$(PY) bench/train_step.py
 	$(PY) bench/compiled.py
+	$(PY) bench/pinn.py
+	$(PY) bench/profiler_overhead.py
 
 clean:
 	rm -rf build $(VENV)
