@@ -35,3 +35,20 @@ def private_kernel_cache(tmp_path, monkeypatch, dev):
     oar.set_device(dev)
     yield
     oar.set_device(previous)
+
+
+@pytest.fixture
+def run_with_refcpu_faults():
+    """Runs a Python script in a child process where the CPU plugin (as "refcpu") has its fault op
+    (OAR_REFCPU_FAULT_INJECTION); asserts it exits 0 and returns its stdout lines."""
+    import subprocess
+    import sys
+
+    def run(code: str) -> list[str]:
+        env = dict(os.environ, OAR_REFCPU_FAULT_INJECTION="1", OAR_REFCPU_DEVICE_TYPE="refcpu")
+        env.pop("OAR_PLUGIN_PATH", None)
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    return run

@@ -126,7 +126,7 @@ def test_ctrl_c_interrupts_a_wait_for_long_kernels():
     assert took < INTERRUPT_LATENCY_LIMIT_S, f"the child needed {took:.2f} s after SIGINT"
 
 
-def test_a_sticky_error_still_surfaces_through_the_polled_wait():
+def test_a_sticky_error_still_surfaces_through_the_polled_wait(run_with_refcpu_faults):
     """Failed work that the first query already sees, and failed work behind a pending wait,
     raise the same DeviceError from stream_synchronize as before."""
     code = textwrap.dedent("""
@@ -148,8 +148,4 @@ def test_a_sticky_error_still_surfaces_through_the_polled_wait():
         stream.synchronize()
         print("then ok")
     """)
-    env = dict(os.environ, OAR_REFCPU_FAULT_INJECTION="1", OAR_REFCPU_DEVICE_TYPE="refcpu")
-    env.pop("OAR_PLUGIN_PATH", None)
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["raised stream_synchronize OAR_ERROR_INTERNAL", "then ok"]
+    assert run_with_refcpu_faults(code) == ["raised stream_synchronize OAR_ERROR_INTERNAL", "then ok"]

@@ -204,11 +204,8 @@ def test_handles_of_another_device_are_refused(dev):
         buffer.copy_from_host_async(np.zeros(4, np.float32), oar.Stream(other))
 
 
-def test_failed_work_surfaces_once_at_synchronize(tmp_path):
+def test_failed_work_surfaces_once_at_synchronize(run_with_refcpu_faults):
     """Work that fails on the device raises at the next synchronize, naming it, then the stream goes on."""
-    import os
-    import subprocess
-    import sys
     import textwrap
 
     code = textwrap.dedent("""
@@ -227,11 +224,7 @@ def test_failed_work_surfaces_once_at_synchronize(tmp_path):
         stream.synchronize()
         print("second synchronize ok")
     """)
-    env = dict(os.environ, OAR_REFCPU_FAULT_INJECTION="1", OAR_REFCPU_DEVICE_TYPE="refcpu")
-    env.pop("OAR_PLUGIN_PATH", None)
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    lines = run_with_refcpu_faults(code)
     assert lines[0].startswith("raised stream_synchronize OAR_ERROR_INTERNAL |")
     assert "_refcpu_fault" in lines[0]  # the message names the failed work
     assert lines[1] == "second synchronize ok"
