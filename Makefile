@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 DEVICE ?= npu
 # Every pin lives in pyproject.toml: build requirements, dependencies, and the test/bench/docs groups.
-DEPS = $(shell $(PYTHON) .ci/pyproject_deps.py test bench docs)
+DEPS = $(shell $(PYTHON) .ci/pyproject_deps.py test bench docs onnx serve)
 SOURCES := $(shell git ls-files 2>/dev/null | grep -E '\.(c|h|cl|cpp|hpp|py|txt|toml|yaml|j2|json|md|npz)$$|CMakeLists')
 SELFTEST_DIR := build/selftest
 ASAN_DIR := build/selftest-asan
