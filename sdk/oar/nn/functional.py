@@ -7,12 +7,17 @@ import math
 import threading
 from typing import Sequence
 
+import numpy as np
+
 import oar
 
 __all__ = [
     "linear", "relu", "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "cross_entropy",
     "dropout", "layer_norm", "rms_norm", "embedding", "conv2d", "max_pool2d", "avg_pool2d",
     "scaled_dot_product_attention", "causal_mask", "mse_loss",
+    "batch_norm", "group_norm", "instance_norm", "adaptive_avg_pool2d", "adaptive_max_pool2d", "nll_loss",
+    "binary_cross_entropy_with_logits", "interpolate", "pad", "conv1d", "conv_transpose2d", "relu6",
+    "hardtanh", "hardswish", "hardsigmoid", "leaky_relu", "elu", "softplus", "mish",
 ]
 
 
@@ -63,32 +68,10 @@ def log_softmax(x, dim: int = -1):
     return oar.log_softmax(x, dim=dim)
 
 
-def cross_entropy(logits, target, reduction: str = "mean", ignore_index: int = -100):
-    """Logits [N, C] (or [..., C], flattened) and int64 class indices [N] (or [...])."""
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"reduction is 'mean', 'sum' or 'none', not {reduction!r}")
-    shape = _shape(logits)
-    if len(shape) < 1:
-        raise ValueError("cross_entropy needs logits of at least 1 dim [C]")
-    lead = shape[:-1]
-    if _shape(target) != lead:
-        raise ValueError(f"cross_entropy: target of shape {_shape(target)} for logits of shape {shape} "
-                         f"(expected {lead})")
-    if len(shape) != 2:
-        logits = oar.reshape(logits, shape=[-1, shape[-1]])
-        target = oar.reshape(target, shape=[-1])
-    loss = oar.cross_entropy(logits, target, reduction=reduction, ignore_index=ignore_index)
-    if reduction == "none" and len(shape) != 2:
-        loss = oar.reshape(loss, shape=lead)
-    return loss
-
-
 def mse_loss(x, target, reduction: str = "mean"):
+    _check_reduction(reduction)
     diff = oar.sub(x, target)
-    sq = oar.mul(diff, diff)
-    if reduction == "none":
-        return sq
-    return oar.mean(sq) if reduction == "mean" else oar.sum(sq)
+    return _reduce_loss(oar.mul(diff, diff), reduction)
 
 
 def dropout(x, p: float = 0.5, training: bool = True, seed: int | None = None, offset: int | None = None):
@@ -173,18 +156,47 @@ def causal_mask(q_len: int, k_len: int, dtype, device):
     return mask
 
 
+def _is_bool(t) -> bool:
+    return str(getattr(t.dtype, "name", t.dtype)).endswith("bool")
+
+
+def _repeat_heads(x, groups: int):
+    """[..., Hk, S, D] -> [..., Hk * groups, S, D], each head repeated groups times in place
+    (torch's repeat_interleave on dim -3, which enable_gqa applies)."""
+    shape = _shape(x)
+    lead, hk, rest = shape[:-3], shape[-3], shape[-2:]
+    x = oar.reshape(x, shape=lead + [hk, 1] + rest)
+    x = oar.expand(x, shape=lead + [hk, groups] + rest)
+    return oar.reshape(x, shape=lead + [hk * groups] + rest)
+
+
 def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
-                                 scale: float | None = None, training: bool = True):
-    """softmax(q @ k^T * scale + mask) @ v over [..., T, hd] tensors; ``is_causal`` masks
-    the future (aligned to the end when k is longer than q, as with a KV cache)."""
-    hd = _shape(q)[-1]
-    scale = 1.0 / math.sqrt(hd) if scale is None else float(scale)
+                                 scale: float | None = None, enable_gqa: bool = False, training: bool = True):
+    """softmax(q @ k^T * scale + mask) @ v over [..., H, L, E] queries and [..., Hk, S, E] keys, as torch:
+    ``is_causal`` lets query i see keys j <= i (top-left aligned, also when L < S); ``attn_mask`` is
+    bool (True = may attend) or added to the scores; ``enable_gqa`` repeats each key/value head
+    H / Hk times. ``training=False`` turns dropout off (torch applies dropout_p always)."""
+    if is_causal and attn_mask is not None:
+        raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both (as torch)")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], not {dropout_p}")
+    qs, ks, vs = _shape(q), _shape(k), _shape(v)
+    if len(qs) < 2 or len(ks) != len(qs) or len(vs) != len(qs):
+        raise ValueError(f"scaled_dot_product_attention: q {qs}, k {ks} and v {vs} need the same ndim >= 2")
+    if len(qs) >= 3 and qs[-3] != ks[-3]:
+        if not enable_gqa:
+            raise ValueError(f"scaled_dot_product_attention: q has {qs[-3]} heads, k {ks[-3]}; "
+                             "pass enable_gqa=True for grouped-query attention")
+        if qs[-3] % ks[-3] or ks[-3] != vs[-3]:
+            raise ValueError(f"scaled_dot_product_attention: q's {qs[-3]} heads are not a multiple of "
+                             f"k's {ks[-3]} (v has {vs[-3]})")
+        k, v = _repeat_heads(k, qs[-3] // ks[-3]), _repeat_heads(v, qs[-3] // ks[-3])
+    scale = 1.0 / math.sqrt(qs[-1]) if scale is None else float(scale)
     scores = oar.mul(oar.matmul(q, oar.transpose(k, dim0=-2, dim1=-1)), scale)
     if is_causal:
-        t, s = _shape(q)[-2], _shape(k)[-2]
-        scores = oar.add(scores, causal_mask(t, s, scores.dtype, scores.device))
+        scores = oar.add(scores, top_left_causal_mask(qs[-2], ks[-2], scores.dtype, scores.device))
     if attn_mask is not None:
-        if str(getattr(attn_mask.dtype, "name", attn_mask.dtype)).endswith("bool"):
+        if _is_bool(attn_mask):
             scores = oar.where(attn_mask, scores, float("-inf"))
         else:
             scores = oar.add(scores, attn_mask)
@@ -192,3 +204,455 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     if dropout_p > 0.0 and training:
         probs = dropout(probs, dropout_p, training=True)
     return oar.matmul(probs, v)
+
+
+def top_left_causal_mask(q_len: int, k_len: int, dtype, device):
+    """Additive mask [q_len, k_len]: 0 where j <= i, -inf elsewhere (torch's is_causal)."""
+    key = ("top_left", q_len, k_len, str(dtype), str(device))
+    mask = _masks.get(key)
+    if mask is None:
+        # built on the host: triu on the device would zero whole rows when q_len > k_len
+        values = np.triu(np.full((q_len, k_len), -np.inf), 1)
+        mask = oar.tensor(values, device=device).to(dtype=dtype)
+        with _mask_lock:
+            if len(_masks) > 64:
+                _masks.clear()
+            _masks[key] = mask
+    return mask
+
+
+# ---- normalisation ---------------------------------------------------------------------------------
+
+def _channel_view(t, ndim: int):
+    """A [C] tensor shaped [1, C, 1, ...] to broadcast against an [N, C, ...] input of ndim dims."""
+    return oar.reshape(t, shape=[1, -1] + [1] * (ndim - 2))
+
+
+def batch_norm(x, running_mean, running_var, weight=None, bias=None, training: bool = False,
+               momentum: float | None = 0.1, eps: float = 1e-5, num_batches_tracked=None):
+    """Normalizes each channel (dim 1) of x [N, C, ...] as torch: batch statistics in training
+    (biased variance), updating running_mean/var in place (unbiased variance, exponential average with
+    ``momentum``, or the cumulative average when momentum is None); the running statistics in eval."""
+    shape = _shape(x)
+    if len(shape) < 2:
+        raise ValueError(f"batch_norm needs an input [N, C, ...], got shape {shape}")
+    dims = [0] + list(range(2, len(shape)))
+    count = math.prod(shape) // shape[1]
+    if training:
+        if count <= 1:
+            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got shape {shape}")
+        mean = oar.mean(x, dim=dims, keepdim=True)
+        centred = oar.sub(x, mean)
+        var = oar.mean(oar.mul(centred, centred), dim=dims, keepdim=True)
+        if running_mean is not None or running_var is not None:
+            with oar.no_grad():
+                if num_batches_tracked is not None:
+                    num_batches_tracked.add_(1)
+                m = (1.0 / float(num_batches_tracked.item()) if momentum is None else float(momentum))
+                if running_mean is not None:
+                    running_mean.mul_(1.0 - m).add_(oar.mul(oar.reshape(mean.detach(), shape=[-1]), m))
+                if running_var is not None:
+                    unbiased = oar.mul(oar.reshape(var.detach(), shape=[-1]), count / (count - 1))
+                    running_var.mul_(1.0 - m).add_(oar.mul(unbiased, m))
+        out = oar.mul(centred, oar.rsqrt(oar.add(var, float(eps))))
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm in eval mode needs running_mean and running_var")
+        inv = oar.rsqrt(oar.add(running_var, float(eps)))
+        out = oar.mul(oar.sub(x, _channel_view(running_mean, len(shape))), _channel_view(inv, len(shape)))
+    if weight is not None:
+        out = oar.mul(out, _channel_view(weight, len(shape)))
+    if bias is not None:
+        out = oar.add(out, _channel_view(bias, len(shape)))
+    return out
+
+
+def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
+    """Normalizes x [N, C, ...] over each group of C / num_groups channels (and all positions), then
+    the per-channel affine, as torch; layer_norm over the group's elements does the statistics."""
+    shape = _shape(x)
+    if len(shape) < 2 or shape[1] % num_groups:
+        raise ValueError(f"group_norm: {num_groups} groups do not divide the channels of shape {shape}")
+    grouped = oar.reshape(x, shape=[shape[0], num_groups, -1])
+    out = oar.reshape(oar.layer_norm(grouped, normalized_ndim=1, eps=float(eps)), shape=shape)
+    if weight is not None:
+        out = oar.mul(out, _channel_view(weight, len(shape)))
+    if bias is not None:
+        out = oar.add(out, _channel_view(bias, len(shape)))
+    return out
+
+
+def instance_norm(x, weight=None, bias=None, eps: float = 1e-5):
+    """Each (sample, channel) of x [N, C, ...] normalized over its positions (group_norm with C groups)."""
+    return group_norm(x, _shape(x)[1], weight, bias, eps)
+
+
+# ---- pooling and resizing --------------------------------------------------------------------------
+
+def _adaptive_bounds(size: int, out: int) -> list[tuple[int, int]]:
+    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
+def _adaptive_pool2d(x, output_size, reduce, pool):
+    shape = _shape(x)
+    if len(shape) not in (3, 4):
+        raise ValueError(f"adaptive pooling needs [N, C, H, W] or [C, H, W], got shape {shape}")
+    if len(shape) == 3:
+        return oar.reshape(_adaptive_pool2d(oar.reshape(x, shape=[1] + shape), output_size, reduce, pool),
+                           shape=shape[:1] + _pair_none(output_size, shape[1:]))
+    h, w = shape[2], shape[3]
+    oh, ow = _pair_none(output_size, [h, w])
+    if oh == 1 and ow == 1:
+        return reduce(x, dim=[2, 3], keepdim=True)
+    if h % oh == 0 and w % ow == 0:
+        return pool(x, kernel_size=[h // oh, w // ow], stride=[h // oh, w // ow])
+    rows = []
+    for top, bottom in _adaptive_bounds(h, oh):
+        band = oar.slice(x, dim=2, start=top, stop=bottom)
+        cells = [reduce(oar.slice(band, dim=3, start=left, stop=right), dim=[2, 3], keepdim=True)
+                 for left, right in _adaptive_bounds(w, ow)]
+        rows.append(oar.concat(cells, dim=3))
+    return oar.concat(rows, dim=2)
+
+
+def _pair_none(size, default) -> list[int]:
+    """An adaptive output size: an int, or a pair whose None entries keep the input's size."""
+    if isinstance(size, int):
+        return [size, size]
+    size = list(size)
+    if len(size) != 2:
+        raise ValueError(f"output_size is an int or a pair, not {size}")
+    return [int(d if s is None else s) for s, d in zip(size, default)]
+
+
+def adaptive_avg_pool2d(x, output_size):
+    """Mean over torch's adaptive windows: cell i spans [floor(i*H/oh), ceil((i+1)*H/oh))."""
+    return _adaptive_pool2d(x, output_size, oar.mean, oar.avg_pool2d)
+
+
+def adaptive_max_pool2d(x, output_size):
+    """Max over torch's adaptive windows (indices are not returned)."""
+    return _adaptive_pool2d(x, output_size, oar.max, oar.max_pool2d)
+
+
+def _interp_source(out_size: int, in_size: int, scale, align_corners: bool, nearest: bool) -> np.ndarray:
+    dst = np.arange(out_size, dtype=np.float64)
+    if nearest:
+        ratio = (1.0 / scale) if scale is not None else in_size / out_size
+        return np.minimum(np.floor(dst * ratio).astype(np.int64), in_size - 1)
+    if align_corners:
+        return dst * ((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0)
+    ratio = (1.0 / scale) if scale is not None else in_size / out_size
+    return np.maximum((dst + 0.5) * ratio - 0.5, 0.0)
+
+
+def _lerp_dim(x, dim: int, src: np.ndarray, in_size: int):
+    low = np.floor(src).astype(np.int64)
+    high = np.minimum(low + 1, in_size - 1)
+    frac = (src - low).astype(_numpy_dtype(x))
+    shape = [1] * len(_shape(x))
+    shape[dim] = len(src)
+    a = oar.index_select(x, oar.tensor(low, device=x.device), dim=dim)
+    b = oar.index_select(x, oar.tensor(high, device=x.device), dim=dim)
+    weight = oar.tensor(frac.reshape(shape), device=x.device)
+    return oar.add(a, oar.mul(oar.sub(b, a), weight))
+
+
+def _numpy_dtype(t):
+    return np.float64 if str(getattr(t.dtype, "name", t.dtype)).endswith("float64") else np.float32
+
+
+def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None):
+    """Resizes the spatial dims of x [N, C, H, W] (or [N, C, L] for nearest) as torch: ``nearest``
+    takes source index floor(dst * in / out); ``bilinear`` interpolates between the two nearest
+    source rows and columns, with align_corners as torch."""
+    shape = _shape(x)
+    spatial = shape[2:]
+    if mode not in ("nearest", "bilinear"):
+        raise ValueError(f"interpolate: mode is 'nearest' or 'bilinear', not {mode!r}")
+    if mode == "bilinear" and len(spatial) != 2:
+        raise ValueError(f"interpolate: bilinear needs an input [N, C, H, W], got shape {shape}")
+    if mode == "nearest" and align_corners is not None:
+        raise ValueError("interpolate: align_corners only applies to bilinear (as torch)")
+    if not spatial:
+        raise ValueError(f"interpolate needs an input [N, C, ...spatial], got shape {shape}")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give exactly one of size and scale_factor")
+    if size is not None:
+        sizes = [int(size)] * len(spatial) if isinstance(size, int) else [int(s) for s in size]
+        scales = [None] * len(spatial)
+    else:
+        scales = [float(scale_factor)] * len(spatial) if isinstance(scale_factor, (int, float)) \
+            else [float(s) for s in scale_factor]
+        sizes = [int(math.floor(n * s)) for n, s in zip(spatial, scales)]
+    if len(sizes) != len(spatial) or any(s <= 0 for s in sizes):
+        raise ValueError(f"interpolate: output size {sizes} does not fit input of shape {shape}")
+    out = x
+    for axis, (n, m, s) in enumerate(zip(spatial, sizes, scales)):
+        dim = 2 + axis
+        if mode == "nearest":
+            index = _interp_source(m, n, s, False, True)
+            out = oar.index_select(out, oar.tensor(index, device=x.device), dim=dim)
+        else:
+            out = _lerp_dim(out, dim, _interp_source(m, n, s, bool(align_corners), False), n)
+    return out
+
+
+def pad(x, pad, mode: str = "constant", value: float = 0.0):
+    """torch's pad: ``pad`` lists (left, right) for the last dim, then the one before, ...;
+    ``constant`` fills with value, ``reflect`` mirrors without the edge, ``replicate`` repeats it."""
+    pad = [int(p) for p in pad]
+    shape = _shape(x)
+    if len(pad) % 2 or len(pad) // 2 > len(shape):
+        raise ValueError(f"pad: {pad} must hold (before, after) pairs for at most {len(shape)} dims")
+    if mode not in ("constant", "reflect", "replicate"):
+        raise ValueError(f"pad: mode is 'constant', 'reflect' or 'replicate', not {mode!r}")
+    out = x
+    for k in range(len(pad) // 2):
+        dim = len(shape) - 1 - k
+        before, after = pad[2 * k], pad[2 * k + 1]
+        n = _shape(out)[dim]
+        if mode == "constant":
+            if before < 0 or after < 0:
+                raise ValueError(f"pad: negative padding {pad} is not supported")
+            parts = []
+            for width in (before, 0, after):
+                if width == 0:
+                    continue
+                block = _shape(out)
+                block[dim] = width
+                parts.append(oar.full(block, float(value), dtype=out.dtype, device=out.device))
+            if before or after:
+                out = oar.concat(parts[:1] + [out] + parts[1:] if before else [out] + parts, dim=dim)
+            continue
+        positions = np.arange(-before, n + after)
+        if mode == "reflect":
+            if before >= n or after >= n:
+                raise ValueError(f"pad: reflect padding {before, after} must be less than the dim's size {n}")
+            positions = np.abs(positions)
+            positions = np.where(positions >= n, 2 * (n - 1) - positions, positions)
+        else:
+            positions = np.clip(positions, 0, n - 1)
+        out = oar.index_select(out, oar.tensor(positions.astype(np.int64), device=x.device), dim=dim)
+    return out
+
+
+# ---- convolution -----------------------------------------------------------------------------------
+
+def _single(value, name: str) -> int:
+    if isinstance(value, int):
+        return value
+    value = [int(v) for v in value]
+    if len(value) != 1:
+        raise ValueError(f"{name} is an int or a 1-tuple, not {value}")
+    return value[0]
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """[N, C, L] (or unbatched [C, L]) cross-correlation with weight [O, C/groups, k], run as conv2d
+    over a height of 1."""
+    shape = _shape(x)
+    if len(shape) == 2:
+        return oar.reshape(conv1d(oar.reshape(x, shape=[1] + shape), weight, bias, stride, padding, dilation,
+                                  groups), shape=[_shape(weight)[0], -1])
+    if len(shape) != 3 or len(_shape(weight)) != 3:
+        raise ValueError(f"conv1d needs x [N, C, L] and weight [O, C/groups, k], got {shape} and {_shape(weight)}")
+    x2 = oar.reshape(x, shape=[shape[0], shape[1], 1, shape[2]])
+    w2 = oar.reshape(weight, shape=_shape(weight)[:2] + [1, _shape(weight)[2]])
+    out = conv2d(x2, w2, bias, [1, _single(stride, "stride")], [0, _single(padding, "padding")],
+                 [1, _single(dilation, "dilation")], groups)
+    out_shape = _shape(out)
+    return oar.reshape(out, shape=[out_shape[0], out_shape[1], out_shape[3]])
+
+
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups: int = 1, dilation=1):
+    """The transposed convolution of x [N, Cin, H, W] (or [Cin, H, W]) with weight
+    [Cin, Cout/groups, kH, kW], as torch: conv2d's input gradient, output
+    (H-1)*stride - 2*padding + dilation*(k-1) + output_padding + 1."""
+    shape = _shape(x)
+    if len(shape) == 3:
+        out = conv_transpose2d(oar.reshape(x, shape=[1] + shape), weight, bias, stride, padding, output_padding,
+                               groups, dilation)
+        return oar.reshape(out, shape=_shape(out)[1:])
+    ws = _shape(weight)
+    if len(shape) != 4 or len(ws) != 4 or ws[0] != shape[1]:
+        raise ValueError(f"conv_transpose2d needs x [N, Cin, H, W] and weight [Cin, Cout/groups, kH, kW], "
+                         f"got {shape} and {ws}")
+    s, p, op_, d = (_pair(v, n) for v, n in ((stride, "stride"), (padding, "padding"),
+                                              (output_padding, "output_padding"), (dilation, "dilation")))
+    if any(o >= max(si, di) for o, si, di in zip(op_, s, d)):
+        raise ValueError(f"conv_transpose2d: output_padding {op_} must be smaller than stride {s} or dilation {d}")
+    out_hw = [(n - 1) * si - 2 * pi + di * (k - 1) + oi + 1
+              for n, si, pi, di, k, oi in zip(shape[2:], s, p, d, ws[2:], op_)]
+    out = oar.conv2d_backward_input(x, weight, input_shape=[shape[0], ws[1] * groups] + out_hw,
+                                    stride=s, padding=p, dilation=d, groups=int(groups))
+    return out if bias is None else oar.add(out, _channel_view(bias, 4))
+
+
+# ---- activations -----------------------------------------------------------------------------------
+
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
+    """clamp(x, min_val, max_val); the gradient is 1 strictly inside, 0 at and beyond the bounds (as torch)."""
+    inside = oar.logical_and(oar.gt(x, float(min_val)), oar.lt(x, float(max_val)))
+    return oar.where(inside, x, oar.clamp(x, min=float(min_val), max=float(max_val)).detach())
+
+
+def relu6(x):
+    return hardtanh(x, 0.0, 6.0)
+
+
+def hardsigmoid(x):
+    """x / 6 + 1/2 clamped to [0, 1]; gradient 1/6 strictly inside (-3, 3) (as torch)."""
+    inside = oar.logical_and(oar.gt(x, -3.0), oar.lt(x, 3.0))
+    return oar.where(inside, oar.add(oar.mul(x, 1.0 / 6.0), 0.5), oar.cast(oar.ge(x, 3.0), dtype=x.dtype))
+
+
+def hardswish(x):
+    """x * hardsigmoid(x), by branches so that the gradients at -3 (0) and 3 (1) are torch's."""
+    middle = oar.mul(oar.mul(x, oar.add(x, 3.0)), 1.0 / 6.0)
+    return oar.where(oar.le(x, -3.0), oar.mul(x, 0.0), oar.where(oar.lt(x, 3.0), middle, x))
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    return oar.where(oar.gt(x, 0.0), x, oar.mul(x, float(negative_slope)))
+
+
+def elu(x, alpha: float = 1.0):
+    negative = oar.mul(oar.sub(oar.exp(oar.clamp(x, max=0.0)), 1.0), float(alpha))
+    return oar.where(oar.gt(x, 0.0), x, negative)
+
+
+def softplus(x, beta: float = 1.0, threshold: float = 20.0):
+    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold (as torch)."""
+    bx = oar.mul(x, float(beta))
+    # each branch smooth and overflow-free: z + log(1 + e^-z) for z > 0, log(1 + e^z) otherwise
+    positive = oar.add(bx, oar.log(oar.add(oar.exp(oar.neg(oar.clamp(bx, min=0.0))), 1.0)))
+    negative = oar.log(oar.add(oar.exp(oar.clamp(bx, max=0.0)), 1.0))
+    soft = oar.mul(oar.where(oar.gt(bx, 0.0), positive, negative), 1.0 / float(beta))
+    return oar.where(oar.gt(bx, float(threshold)), x, soft)
+
+
+def mish(x):
+    return oar.mul(x, oar.tanh(softplus(x)))
+
+
+# ---- losses ----------------------------------------------------------------------------------------
+
+def _reduce_loss(loss, reduction: str):
+    if reduction == "none":
+        return loss
+    return oar.mean(loss) if reduction == "mean" else oar.sum(loss)
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction is 'mean', 'sum' or 'none', not {reduction!r}")
+
+
+def _class_last(x):
+    """[N, C, d1, ...] -> ([N*d1*..., C], the shape [N, d1, ...]); [C] -> ([1, C], [])."""
+    shape = _shape(x)
+    if len(shape) == 1:
+        return oar.reshape(x, shape=[1, shape[0]]), []
+    if len(shape) > 2:
+        x = oar.permute(x, dims=[0] + list(range(2, len(shape))) + [1])
+    return oar.reshape(x, shape=[-1, shape[1]]), [shape[0]] + shape[2:]
+
+
+def _nll_rows(logp, target, weight, ignore_index: int):
+    """Per-row -w[t] * logp[t] and the row weights w[t] (0 where t == ignore_index), target [R] ints."""
+    ignored = oar.eq(target, int(ignore_index))
+    safe = oar.where(ignored, 0, target)
+    # gather and index_select reject a target outside [0, C) with an error naming the value
+    picked = oar.reshape(oar.gather(logp, oar.reshape(safe, shape=[-1, 1]), dim=1), shape=[-1])
+    keep = oar.cast(oar.logical_not(ignored), dtype=logp.dtype)
+    row_weight = keep if weight is None else oar.mul(oar.index_select(weight, safe, dim=0), keep)
+    return oar.neg(oar.mul(picked, row_weight)), row_weight
+
+
+def nll_loss(logp, target, weight=None, ignore_index: int = -100, reduction: str = "mean"):
+    """torch's nll_loss: log-probabilities [N, C, d...] (or [C]) and class indices [N, d...];
+    mean divides by the summed weights of the targets kept."""
+    _check_reduction(reduction)
+    rows, lead = _class_last(logp)
+    flat_target = oar.reshape(target, shape=[-1])
+    if _shape(flat_target)[0] != _shape(rows)[0]:
+        raise ValueError(f"nll_loss: target of shape {_shape(target)} for input of shape {_shape(logp)}")
+    loss, row_weight = _nll_rows(rows, flat_target, weight, ignore_index)
+    if reduction == "none":
+        return oar.reshape(loss, shape=lead)
+    if reduction == "sum":
+        return oar.sum(loss)
+    return oar.div(oar.sum(loss), oar.sum(row_weight))
+
+
+def cross_entropy(logits, target, weight=None, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0):
+    """torch's cross_entropy: logits [N, C, d1, ...] (class dim 1) or [C]; target class indices
+    [N, d1, ...] or class probabilities shaped like logits; ``weight`` per class, ``label_smoothing``
+    as torch. The plain case (indices, no weight, no smoothing) runs the fused cross_entropy op."""
+    _check_reduction(reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], not {label_smoothing}")
+    shape = _shape(logits)
+    rows, lead = _class_last(logits)
+    classes = _shape(rows)[1]
+    if weight is not None and _shape(weight) != [classes]:
+        raise ValueError(f"cross_entropy: weight of shape {_shape(weight)} for {classes} classes")
+    if oar.is_floating_point(target):
+        if _shape(target) != shape:
+            raise ValueError(f"cross_entropy: probability target of shape {_shape(target)} for logits {shape}")
+        probs, _ = _class_last(target)
+        if label_smoothing:
+            probs = oar.add(oar.mul(probs, 1.0 - label_smoothing), label_smoothing / classes)
+        terms = oar.mul(oar.log_softmax(rows, dim=1), probs)
+        if weight is not None:
+            terms = oar.mul(terms, oar.reshape(weight, shape=[1, classes]))
+        loss = oar.neg(oar.sum(terms, dim=[1]))
+        return oar.reshape(loss, shape=lead) if reduction == "none" else _reduce_loss(loss, reduction)
+    flat_target = oar.reshape(target, shape=[-1])
+    if _shape(target) != lead:
+        raise ValueError(f"cross_entropy: target of shape {_shape(target)} for logits of shape {shape} "
+                         f"(expected {lead}: the class dim is 1, as torch)")
+    if weight is None and not label_smoothing:
+        loss = oar.cross_entropy(rows, flat_target, reduction=reduction, ignore_index=int(ignore_index))
+        return oar.reshape(loss, shape=lead) if reduction == "none" else loss
+    logp = oar.log_softmax(rows, dim=1)
+    nll, row_weight = _nll_rows(logp, flat_target, weight, ignore_index)
+    if reduction == "none":
+        nll_red = nll
+    elif reduction == "sum":
+        nll_red = oar.sum(nll)
+    else:
+        nll_red = oar.div(oar.sum(nll), oar.sum(row_weight))
+    if not label_smoothing:
+        return oar.reshape(nll_red, shape=lead) if reduction == "none" else nll_red
+    weighted = logp if weight is None else oar.mul(logp, oar.reshape(weight, shape=[1, classes]))
+    keep = oar.cast(oar.ne(flat_target, int(ignore_index)), dtype=logp.dtype)
+    smooth = oar.mul(oar.neg(oar.sum(weighted, dim=[1])), keep)
+    if reduction == "none":
+        smooth_red = smooth
+    elif reduction == "sum":
+        smooth_red = oar.sum(smooth)
+    else:
+        smooth_red = oar.div(oar.sum(smooth), oar.sum(row_weight))
+    loss = oar.add(oar.mul(nll_red, 1.0 - label_smoothing), oar.mul(smooth_red, label_smoothing / classes))
+    return oar.reshape(loss, shape=lead) if reduction == "none" else loss
+
+
+def binary_cross_entropy_with_logits(x, target, weight=None, reduction: str = "mean", pos_weight=None):
+    """torch's: -w [pos_weight * y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))], computed stably as
+    (1 - y) x + (1 + (pos_weight - 1) y) (log(1 + exp(-|x|)) + max(-x, 0))."""
+    _check_reduction(reduction)
+    if _shape(x) != _shape(target):
+        raise ValueError(f"binary_cross_entropy_with_logits: target of shape {_shape(target)} "
+                         f"for input of shape {_shape(x)}")
+    log_term = oar.add(oar.log(oar.add(oar.exp(oar.neg(oar.abs(x))), 1.0)), oar.relu(oar.neg(x)))
+    if pos_weight is None:
+        loss = oar.add(oar.mul(oar.sub(1.0, target), x), log_term)
+    else:
+        factor = oar.add(oar.mul(oar.sub(pos_weight, 1.0), target), 1.0)
+        loss = oar.add(oar.mul(oar.sub(1.0, target), x), oar.mul(factor, log_term))
+    if weight is not None:
+        loss = oar.mul(loss, weight)
+    return _reduce_loss(loss, reduction)

@@ -19,7 +19,10 @@ from oar.nn.parameter import Parameter
 __all__ = [
     "Identity", "Linear", "Conv2d", "Embedding", "LayerNorm", "RMSNorm", "Dropout", "GELU", "SiLU", "ReLU",
     "Sigmoid", "Tanh", "Softmax", "Sequential", "ModuleList", "ModuleDict", "CrossEntropyLoss", "MSELoss",
-    "MultiheadAttention", "RotaryEmbedding", "MaxPool2d", "AvgPool2d", "Flatten",
+    "MultiheadAttention", "RotaryEmbedding", "MaxPool2d", "AvgPool2d", "Flatten", "Unflatten",
+    "BatchNorm1d", "BatchNorm2d", "GroupNorm", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d", "Conv1d",
+    "ConvTranspose2d", "Upsample", "ReLU6", "Hardtanh", "Hardswish", "Hardsigmoid", "LeakyReLU", "ELU",
+    "Softplus", "Mish", "NLLLoss", "BCEWithLogitsLoss",
 ]
 
 
@@ -241,13 +244,35 @@ class Softmax(Module):
 
 
 class Flatten(Module):
-    def __init__(self, start_dim: int = 1):
+    """Dims start_dim..end_dim flattened into one (torch's defaults: 1 and -1)."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
         super().__init__()
-        self.start_dim = start_dim
+        self.start_dim, self.end_dim = start_dim, end_dim
 
     def forward(self, x):
-        shape = list(x.shape)
-        return oar.reshape(x, shape=shape[:self.start_dim] + [-1])
+        shape = [int(s) for s in x.shape]
+        start, end = self.start_dim % max(len(shape), 1), self.end_dim % max(len(shape), 1)
+        if start > end:
+            raise ValueError(f"Flatten: start_dim {self.start_dim} comes after end_dim {self.end_dim} "
+                             f"for shape {shape}")
+        return oar.reshape(x, shape=shape[:start] + [math.prod(shape[start:end + 1])] + shape[end + 1:])
+
+
+class Unflatten(Module):
+    """Dim ``dim`` split into ``unflattened_size``."""
+
+    def __init__(self, dim: int, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = int(dim), [int(s) for s in unflattened_size]
+
+    def forward(self, x):
+        shape = [int(s) for s in x.shape]
+        dim = self.dim % len(shape)
+        known = math.prod(s for s in self.unflattened_size if s != -1)
+        if (-1 not in self.unflattened_size and known != shape[dim]) or (known and shape[dim] % known):
+            raise ValueError(f"Unflatten: dim {self.dim} of size {shape[dim]} cannot become {self.unflattened_size}")
+        return oar.reshape(x, shape=shape[:dim] + self.unflattened_size + shape[dim + 1:])
 
 
 class MaxPool2d(Module):
@@ -265,12 +290,39 @@ class AvgPool2d(MaxPool2d):
 
 
 class CrossEntropyLoss(Module):
-    def __init__(self, reduction: str = "mean", ignore_index: int = -100):
+    """torch's layout: logits [N, C, ...], class indices [N, ...] or probabilities like the logits."""
+
+    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0):
         super().__init__()
-        self.reduction, self.ignore_index = reduction, ignore_index
+        if isinstance(weight, str):  # the earlier signature CrossEntropyLoss(reduction, ignore_index)
+            weight, reduction = None, weight
+        self.register_buffer("weight", weight)
+        self.reduction, self.ignore_index, self.label_smoothing = reduction, ignore_index, float(label_smoothing)
 
     def forward(self, logits, target):
-        return F.cross_entropy(logits, target, reduction=self.reduction, ignore_index=self.ignore_index)
+        return F.cross_entropy(logits, target, self.weight, self.ignore_index, self.reduction, self.label_smoothing)
+
+
+class NLLLoss(Module):
+    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean"):
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.reduction, self.ignore_index = reduction, ignore_index
+
+    def forward(self, logp, target):
+        return F.nll_loss(logp, target, self.weight, self.ignore_index, self.reduction)
+
+
+class BCEWithLogitsLoss(Module):
+    def __init__(self, weight=None, reduction: str = "mean", pos_weight=None):
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+        self.reduction = reduction
+
+    def forward(self, x, target):
+        return F.binary_cross_entropy_with_logits(x, target, self.weight, self.reduction, self.pos_weight)
 
 
 class MSELoss(Module):
@@ -460,3 +512,211 @@ class MultiheadAttention(Module):
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, causal={self.causal}"
+
+
+# ---- normalisation, pooling, resizing, convolution (torch's layers of the same names) ---------------
+
+class _BatchNorm(Module):
+    """Per-channel batch normalization with running statistics, as torch (momentum None: cumulative)."""
+
+    _input_ndims: tuple = ()
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = int(num_features), float(eps), momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = _param([num_features], dtype, device) if affine else None
+        self.bias = _param([num_features], dtype, device) if affine else None
+        if track_running_stats:
+            self.register_buffer("running_mean", oar.zeros(num_features, dtype=dtype or oar.float32, device=device))
+            self.register_buffer("running_var", oar.ones(num_features, dtype=dtype or oar.float32, device=device))
+            self.register_buffer("num_batches_tracked", oar.zeros(1, dtype=oar.int64, device=device).reshape([]))
+        else:
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                self.register_buffer(name, None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
+
+    def forward(self, x):
+        if x.ndim not in self._input_ndims:
+            raise ValueError(f"{type(self).__name__} expects a {' or '.join(map(str, self._input_ndims))}-d input, "
+                             f"got shape {tuple(x.shape)}")
+        if int(x.shape[1]) != self.num_features:
+            raise ValueError(f"{type(self).__name__}({self.num_features}) got {int(x.shape[1])} channels")
+        use_batch = self.training or not self.track_running_stats
+        track = self.training and self.track_running_stats
+        return F.batch_norm(x, self.running_mean if track or not use_batch else None,
+                            self.running_var if track or not use_batch else None, self.weight, self.bias,
+                            training=use_batch, momentum=self.momentum, eps=self.eps,
+                            num_batches_tracked=self.num_batches_tracked if track else None)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    _input_ndims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    _input_ndims = (4,)
+
+
+class GroupNorm(Module):
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels {num_channels} is not a multiple of num_groups {num_groups}")
+        self.num_groups, self.num_channels, self.eps = int(num_groups), int(num_channels), float(eps)
+        self.weight = _param([num_channels], dtype, device) if affine else None
+        self.bias = _param([num_channels], dtype, device) if affine else None
+        if affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
+
+    def forward(self, x):
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.weight is not None}"
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool2d(AdaptiveAvgPool2d):
+    def forward(self, x):
+        return F.adaptive_max_pool2d(x, self.output_size)
+
+
+class Conv1d(Module):
+    """[N, C, L] convolution; weight [out, in/groups, k], PyTorch's default initialization."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+                 dilation: int = 1, groups: int = 1, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} must be multiples "
+                             f"of groups {groups}")
+        self.in_channels, self.out_channels, self.groups = int(in_channels), int(out_channels), int(groups)
+        self.kernel_size, self.stride = F._single(kernel_size, "kernel_size"), F._single(stride, "stride")
+        self.padding, self.dilation = F._single(padding, "padding"), F._single(dilation, "dilation")
+        self.weight = _param([out_channels, in_channels // groups, self.kernel_size], dtype, device)
+        self.bias = _param([out_channels], dtype, device) if bias else None
+        Conv2d.reset_parameters(self)
+
+    def forward(self, x):
+        return F.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}")
+
+
+class ConvTranspose2d(Module):
+    """Transposed NCHW convolution; weight [in, out/groups, kH, kW], PyTorch's default initialization."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
+                 groups: int = 1, bias: bool = True, dilation=1, device=None, dtype=None):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"in_channels {in_channels} and out_channels {out_channels} must be multiples "
+                             f"of groups {groups}")
+        self.in_channels, self.out_channels, self.groups = int(in_channels), int(out_channels), int(groups)
+        self.kernel_size = tuple(F._pair(kernel_size, "kernel_size"))
+        self.stride, self.padding = tuple(F._pair(stride, "stride")), tuple(F._pair(padding, "padding"))
+        self.output_padding = tuple(F._pair(output_padding, "output_padding"))
+        self.dilation = tuple(F._pair(dilation, "dilation"))
+        self.weight = _param([in_channels, out_channels // groups, *self.kernel_size], dtype, device)
+        self.bias = _param([out_channels], dtype, device) if bias else None
+        Conv2d.reset_parameters(self)
+
+    def forward(self, x):
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+                                  self.groups, self.dilation)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}, output_padding={self.output_padding}")
+
+
+class Upsample(Module):
+    def __init__(self, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode, self.align_corners = size, scale_factor, mode, align_corners
+
+    def forward(self, x):
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, scale_factor={self.scale_factor}, mode={self.mode!r}"
+
+
+# ---- activations with parameters of their own ------------------------------------------------------
+
+class ReLU6(_Activation):
+    _fn = staticmethod(F.relu6)
+
+
+class Hardswish(_Activation):
+    _fn = staticmethod(F.hardswish)
+
+
+class Hardsigmoid(_Activation):
+    _fn = staticmethod(F.hardsigmoid)
+
+
+class Mish(_Activation):
+    _fn = staticmethod(F.mish)
+
+
+class Hardtanh(Module):
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0):
+        super().__init__()
+        self.min_val, self.max_val = float(min_val), float(max_val)
+
+    def forward(self, x):
+        return F.hardtanh(x, self.min_val, self.max_val)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01):
+        super().__init__()
+        self.negative_slope = float(negative_slope)
+
+    def forward(self, x):
+        return F.leaky_relu(x, self.negative_slope)
+
+
+class ELU(Module):
+    def __init__(self, alpha: float = 1.0):
+        super().__init__()
+        self.alpha = float(alpha)
+
+    def forward(self, x):
+        return F.elu(x, self.alpha)
+
+
+class Softplus(Module):
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+        super().__init__()
+        self.beta, self.threshold = float(beta), float(threshold)
+
+    def forward(self, x):
+        return F.softplus(x, self.beta, self.threshold)
