@@ -103,6 +103,25 @@ def test_adaptive_pools(out):
     check(lambda x: F.adaptive_max_pool2d(x, out), lambda x: TF.adaptive_max_pool2d(x, out), [rnd(2, 2, 3, 7, 10)])
 
 
+@pytest.mark.parametrize("kwargs", [{"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+                                    {"kernel_size": 2, "dilation": 2, "stride": 1},
+                                    {"kernel_size": 3, "stride": 2, "dilation": (2, 1), "padding": 1, "ceil_mode": True}])
+def test_max_pool2d_dilation_and_ceil_mode(kwargs):
+    check(lambda x: F.max_pool2d(x, **kwargs), lambda x: TF.max_pool2d(x, **kwargs), [rnd(1, 2, 3, 8, 9)])
+    with pytest.raises(ValueError, match="return_indices"):
+        F.max_pool2d(oar.tensor(rnd(1, 1, 1, 4, 4)), 2, return_indices=True)
+
+
+@pytest.mark.parametrize("kwargs", [{"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": False},
+                                    {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+                                    {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True,
+                                     "count_include_pad": False},
+                                    {"kernel_size": 2, "divisor_override": 3}])
+def test_avg_pool2d_options(kwargs):
+    check(lambda x: F.avg_pool2d(x, **kwargs), lambda x: TF.avg_pool2d(x, **kwargs), [rnd(1, 2, 3, 8, 9)])
+    check(lambda x: F.avg_pool2d(x, **kwargs), lambda x: TF.avg_pool2d(x, **kwargs), [rnd(2, 3, 7, 7)])
+
+
 @pytest.mark.parametrize("mode,kwargs", [("nearest", {"scale_factor": 2}), ("nearest", {"size": (5, 7)}),
                                          ("bilinear", {"size": (7, 9), "align_corners": False}),
                                          ("bilinear", {"size": (7, 9), "align_corners": True}),

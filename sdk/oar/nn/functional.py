@@ -124,16 +124,87 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     return oar.conv2d(x, weight, bias, **attrs)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0):
-    return oar.max_pool2d(x, kernel_size=_pair(kernel_size, "kernel_size"),
-                          stride=[] if stride is None else _pair(stride, "stride"),
-                          padding=_pair(padding, "padding"))
+def _pool_geometry(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """torch's pooled length: floor (or ceil) of (size + 2p - d(k-1) - 1) / s + 1, where a ceil_mode
+    window must start inside the input or its left padding."""
+    span = size + 2 * p - d * (k - 1) - 1
+    if span < 0:
+        raise ValueError(f"pooling: a window of {k} (dilation {d}) does not fit a size of {size} with padding {p}")
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0):
-    return oar.avg_pool2d(x, kernel_size=_pair(kernel_size, "kernel_size"),
-                          stride=[] if stride is None else _pair(stride, "stride"),
-                          padding=_pair(padding, "padding"))
+def _windowed(x, kernel, stride, padding, dilation, ceil_mode, fill: float, combine):
+    """Combines (maximum or add) the k*k strided views of x padded with fill: the general pooling
+    for options the pooling ops do not take (dilation, ceil_mode, padding beyond half the kernel).
+    Returns (result [N, C, oh, ow], (oh, ow))."""
+    shape = _shape(x)
+    outs = [_pool_geometry(shape[2 + a], kernel[a], stride[a], padding[a], dilation[a], ceil_mode) for a in (0, 1)]
+    needed = [(o - 1) * st + dl * (k - 1) + 1 for o, st, dl, k in zip(outs, stride, dilation, kernel)]
+    right = [max(0, n - shape[2 + a] - padding[a]) for a, n in enumerate(needed)]
+    xp = pad(x, (padding[1], right[1], padding[0], right[0]), value=fill)
+    result = None
+    for i in range(kernel[0]):
+        rows = oar.slice(xp, dim=2, start=i * dilation[0],
+                         stop=i * dilation[0] + needed[0] - dilation[0] * (kernel[0] - 1), step=stride[0])
+        for j in range(kernel[1]):
+            cell = oar.slice(rows, dim=3, start=j * dilation[1],
+                             stop=j * dilation[1] + needed[1] - dilation[1] * (kernel[1] - 1), step=stride[1])
+            result = cell if result is None else combine(result, cell)
+    return result, outs
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+               return_indices: bool = False):
+    """torch's max_pool2d over [N, C, H, W] (or [C, H, W]). Without dilation and ceil_mode it is the
+    max_pool2d op (the gradient goes to each window's first maximum, as torch); with them, a
+    maximum over strided views (tied maxima share the gradient)."""
+    if return_indices:
+        raise ValueError("max_pool2d: return_indices is not supported yet (no op returns the argmax of windows)")
+    if len(_shape(x)) == 3:
+        return _unbatched(x, lambda t: max_pool2d(t, kernel_size, stride, padding, dilation, ceil_mode))
+    kernel = _pair(kernel_size, "kernel_size")
+    strides = kernel if stride is None or stride == [] else _pair(stride, "stride")
+    pads, dil = _pair(padding, "padding"), _pair(dilation, "dilation")
+    if dil == [1, 1] and not ceil_mode:
+        return oar.max_pool2d(x, kernel_size=kernel, stride=strides, padding=pads)
+    return _windowed(x, kernel, strides, pads, dil, ceil_mode, float("-inf"), oar.maximum)[0]
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None):
+    """torch's avg_pool2d over [N, C, H, W] (or [C, H, W]): the avg_pool2d op for its own case
+    (count_include_pad, no ceil_mode), else window sums over strided views divided as torch does."""
+    if len(_shape(x)) == 3:
+        return _unbatched(x, lambda t: avg_pool2d(t, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                                  divisor_override))
+    kernel = _pair(kernel_size, "kernel_size")
+    strides = kernel if stride is None or stride == [] else _pair(stride, "stride")
+    pads = _pair(padding, "padding")
+    if divisor_override is not None and int(divisor_override) <= 0:
+        raise ValueError(f"avg_pool2d: divisor_override must be positive, not {divisor_override}")
+    if count_include_pad and not ceil_mode and divisor_override is None:
+        return oar.avg_pool2d(x, kernel_size=kernel, stride=strides, padding=pads)
+    total, outs = _windowed(x, kernel, strides, pads, [1, 1], ceil_mode, 0.0, oar.add)
+    if divisor_override is not None:
+        return oar.mul(total, 1.0 / int(divisor_override))
+    shape = _shape(x)
+    divisors = []
+    for a in (0, 1):
+        starts = np.arange(outs[a]) * strides[a] - pads[a]
+        ends = np.minimum(starts + kernel[a], shape[2 + a] + pads[a])
+        if not count_include_pad:
+            starts, ends = np.maximum(starts, 0), np.minimum(ends, shape[2 + a])
+        divisors.append((ends - starts).astype(np.float64))
+    divisor = np.outer(divisors[0], divisors[1]).astype(_numpy_dtype(x))
+    return oar.div(total, oar.tensor(divisor, device=x.device))
+
+
+def _unbatched(x, run):
+    out = run(oar.reshape(x, shape=[1] + _shape(x)))
+    return oar.reshape(out, shape=_shape(out)[1:])
 
 
 _mask_lock = threading.Lock()
