@@ -69,9 +69,10 @@ def test_cross_entropy(dev, reduction):
 
 
 def test_cross_entropy_3d_logits(dev):
+    # torch's layout: the class dim is 1 ([N, C, d1]), targets [N, d1]
     target = np.random.default_rng(0).integers(0, 7, size=(2, 3)).astype(np.int64)
     check(dev, lambda x, tg: F.cross_entropy(x, tg),
-          lambda x, tg: TF.cross_entropy(x.reshape(-1, 7), tg.reshape(-1)), [rnd(7, 2, 3, 7)], [1], extra=[target])
+          lambda x, tg: TF.cross_entropy(x, tg), [rnd(7, 2, 7, 3)], [1], extra=[target])
 
 
 def test_layer_norm(dev):
