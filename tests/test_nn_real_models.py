@@ -105,7 +105,8 @@ def test_adaptive_pools(out):
 
 @pytest.mark.parametrize("kwargs", [{"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
                                     {"kernel_size": 2, "dilation": 2, "stride": 1},
-                                    {"kernel_size": 3, "stride": 2, "dilation": (2, 1), "padding": 1, "ceil_mode": True}])
+                                    {"kernel_size": 3, "stride": 2, "dilation": (2, 1), "padding": 1,
+                                     "ceil_mode": True}])
 def test_max_pool2d_dilation_and_ceil_mode(kwargs):
     check(lambda x: F.max_pool2d(x, **kwargs), lambda x: TF.max_pool2d(x, **kwargs), [rnd(1, 2, 3, 8, 9)])
     with pytest.raises(ValueError, match="return_indices"):
