@@ -69,6 +69,13 @@ def test_batch_norm_eval_uses_running_stats():
     check(lambda x, w, b: F.batch_norm(x, oar.tensor(rm), oar.tensor(rv), w, b, training=False),
           lambda x, w, b: TF.batch_norm(x, torch.tensor(rm), torch.tensor(rv), w, b, training=False),
           [rnd(1, 2, 3, 4, 4), rnd(2, 3), rnd(3, 3)])
+    x = oar.tensor(rnd(1, 2, 3, 4))
+    with pytest.raises(ValueError, match="needs running_mean and running_var"):
+        F.batch_norm(x, None, None, training=False)
+    with pytest.raises(ValueError, match="needs num_batches_tracked"):
+        F.batch_norm(x, oar.zeros(3), oar.ones(3), training=True, momentum=None)
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        F.batch_norm(oar.tensor(rnd(1, 1, 3)), oar.zeros(3), oar.ones(3), training=True)
 
 
 def test_batchnorm2d_module_matches_torch_over_steps_and_eval():

@@ -307,6 +307,8 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training: b
     shape = _shape(x)
     if len(shape) < 2:
         raise ValueError(f"batch_norm needs an input [N, C, ...], got shape {shape}")
+    if momentum is None and training and running_mean is not None and num_batches_tracked is None:
+        raise ValueError("batch_norm: momentum=None (the cumulative average) needs num_batches_tracked")
     dims = [0] + list(range(2, len(shape)))
     count = math.prod(shape) // shape[1]
     if training:
