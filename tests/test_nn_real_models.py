@@ -230,12 +230,17 @@ def test_nll_mse_and_bce_with_logits(reduction):
 
 # ---- convolution and activations ------------------------------------------------------------------
 
-def test_conv1d_and_unbatched():
+def test_conv1d_and_unbatched_inputs():
     check(lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2),
           lambda x, w, b: TF.conv1d(x, w, b, stride=2, padding=1, dilation=2),
           [rnd(1, 2, 4, 11), rnd(2, 6, 4, 3), rnd(3, 6)])
     check(lambda x, w: F.conv1d(x, w, groups=2), lambda x, w: TF.conv1d(x, w, groups=2),
           [rnd(4, 4, 9), rnd(5, 6, 2, 3)])
+    check(lambda x, w, b: F.conv2d(x, w, b, padding=1), lambda x, w, b: TF.conv2d(x, w, b, padding=1),
+          [rnd(6, 3, 5, 6), rnd(7, 4, 3, 3, 3), rnd(8, 4)])
+    check(lambda x: F.max_pool2d(x, 2), lambda x: TF.max_pool2d(x, 2), [rnd(9, 3, 4, 6)])
+    check(lambda x, w: F.conv_transpose2d(x, w, stride=2), lambda x, w: TF.conv_transpose2d(x, w, stride=2),
+          [rnd(11, 4, 3, 3), rnd(12, 4, 2, 3, 3)])
 
 
 @pytest.mark.parametrize("stride,padding,output_padding,groups", [(1, 0, 0, 1), (2, 1, 1, 1), (2, 0, 0, 2)])

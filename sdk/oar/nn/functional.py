@@ -117,6 +117,9 @@ def embedding(indices, weight):
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """NCHW cross-correlation (the conv2d op); an unbatched [C, H, W] input gives [O, H', W'], as torch."""
+    if len(_shape(x)) == 3:
+        return _unbatched(x, lambda t: conv2d(t, weight, bias, stride, padding, dilation, groups))
     attrs = dict(stride=_pair(stride, "stride"), padding=_pair(padding, "padding"),
                  dilation=_pair(dilation, "dilation"), groups=int(groups))
     if bias is None:
