@@ -94,10 +94,45 @@ class KVCache:
             raise ValueError(f"cache slot {slot} is outside the cache of {self.max_len} slots")
         oar.slice(self.step_mask, dim=3, start=slot, stop=slot + 1).fill_(0.0)
 
-    def attend(self, layer: int, start: int, q, k, v):
-        """Write k, v ``[B, H, T, hd]`` at slots start..start+T-1 of ``layer``, then attention of q
-        over the whole cache under the current mask; returns ``[B, H, T, hd]``."""
+    def row_view(self, row: int) -> "KVCache":
+        """A one-row cache sharing row ``row``'s storage (a server prefills a request in it)."""
+        if self.dtype != "float32":
+            raise ValueError("row views exist for a float32 KV cache only")
+        view = KVCache.__new__(KVCache)
+        view.__dict__.update(self.__dict__)
+        view.batch = 1
+        one = lambda t: oar.slice(t, dim=0, start=row, stop=row + 1)  # noqa: E731
+        view.keys, view.values = [one(t) for t in self.keys], [one(t) for t in self.values]
+        view.step_mask, view._prefill_mask = one(self.step_mask), None
+        return view
+
+    def park_row(self, row: int) -> None:
+        """Mask row ``row`` down to slot 0 (a free row still computes, and must not see all -inf)."""
+        mask = oar.slice(self.step_mask, dim=0, start=row, stop=row + 1)
+        mask.fill_(float("-inf"))
+        oar.slice(mask, dim=3, start=0, stop=1).fill_(0.0)
+
+    def open_row_slot(self, row: int, slot: int) -> None:
+        if not 0 <= slot < self.max_len:
+            raise ValueError(f"cache slot {slot} is outside the cache of {self.max_len} slots")
+        oar.slice(oar.slice(self.step_mask, dim=0, start=row, stop=row + 1), dim=3, start=slot, stop=slot + 1).fill_(0.0)
+
+    def attend(self, layer: int, start, q, k, v):
+        """Write k, v ``[B, H, T, hd]`` at slots start..start+T-1 of ``layer`` (``start`` an int, or
+        one slot per row for T = 1, None for a row that writes nothing), then attention of q over
+        the whole cache under the current mask; returns ``[B, H, T, hd]``."""
         t = int(q.shape[-2])
+        if not isinstance(start, int):
+            if self.dtype != "float32" or t != 1:
+                raise ValueError("per-row slots need a float32 KV cache and one token per row")
+            for row, slot in enumerate(start):
+                if slot is not None:
+                    for cache, new in ((self.keys[layer], k), (self.values[layer], v)):
+                        dst = oar.slice(oar.slice(cache, dim=0, start=row, stop=row + 1), dim=2, start=slot,
+                                        stop=slot + 1)
+                        dst.copy_(oar.slice(new, dim=0, start=row, stop=row + 1))
+            return F.scaled_dot_product_attention(q, self.keys[layer], self.values[layer], attn_mask=self.step_mask,
+                                                  training=False)
         if start + t > self.max_len:
             raise ValueError(f"{start + t} tokens do not fit the KV cache of {self.max_len} slots")
         if self.dtype == "float32":
