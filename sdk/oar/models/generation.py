@@ -115,7 +115,8 @@ class KVCache:
     def open_row_slot(self, row: int, slot: int) -> None:
         if not 0 <= slot < self.max_len:
             raise ValueError(f"cache slot {slot} is outside the cache of {self.max_len} slots")
-        oar.slice(oar.slice(self.step_mask, dim=0, start=row, stop=row + 1), dim=3, start=slot, stop=slot + 1).fill_(0.0)
+        row_mask = oar.slice(self.step_mask, dim=0, start=row, stop=row + 1)
+        oar.slice(row_mask, dim=3, start=slot, stop=slot + 1).fill_(0.0)
 
     def attend(self, layer: int, start, q, k, v):
         """Write k, v ``[B, H, T, hd]`` at slots start..start+T-1 of ``layer`` (``start`` an int, or

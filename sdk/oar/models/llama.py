@@ -190,16 +190,19 @@ class Llama(nn.Module):
         """(n_layers, n_heads, head_dim, max_seq_len): the KV cache oar.models.generation allocates."""
         return self.cfg.n_layers, self.cfg.n_heads, self.cfg.head_dim, self.cfg.max_seq_len
 
-    def forward_cached(self, tokens, positions, cache, start: int):
+    def forward_cached(self, tokens, positions, cache, start, all_logits: bool = False):
         """Logits [B, V] of the last of tokens [B, T] (int64, at per-row ``positions`` [B, T]),
-        whose keys and values go to slots start.. of ``cache`` (see oar.models.generation)."""
+        whose keys and values go to slots start.. of ``cache`` (see oar.models.generation);
+        ``all_logits``: [B, T, V] of every token instead."""
         b, t = (int(s) for s in tokens.shape)
         cos = oar.embedding(self.rotary.cos, positions).reshape(b, 1, t, self.cfg.head_dim)
         sin = oar.embedding(self.rotary.sin, positions).reshape(b, 1, t, self.cfg.head_dim)
         x = self.tok_emb(tokens)
         for i, layer in enumerate(self.layers):
             x = layer.forward_cached(x, cos, sin, cache, i, start)
-        x = self.norm(oar.slice(x, dim=1, start=t - 1, stop=t).reshape(b, self.cfg.d_model))
+        if not all_logits:
+            x = oar.slice(x, dim=1, start=t - 1, stop=t).reshape(b, self.cfg.d_model)
+        x = self.norm(x)
         if self.head is None:
             return F.linear(x, self.tok_emb.weight)
         return self.head(x)

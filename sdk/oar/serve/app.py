@@ -65,7 +65,8 @@ def create_app(engine: Engine, model_name: str = "oar-llama", max_tokens_limit: 
             return _error(400, "prompt: at least one token is needed", "invalid_request_error")
         bad = [t for t in prompt if not 0 <= t < vocab]
         if bad:
-            return _error(400, f"prompt: token {bad[0]} is outside the vocabulary [0, {vocab})", "invalid_request_error")
+            return _error(400, f"prompt: token {bad[0]} is outside the vocabulary [0, {vocab})",
+                          "invalid_request_error")
         if len(prompt) > prompt_limit:
             return _error(413, f"prompt of {len(prompt)} tokens is over the limit of {prompt_limit} tokens "
                                f"(the model's max_seq_len {engine.max_len} minus one)", "prompt_too_long")
