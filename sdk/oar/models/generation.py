@@ -75,16 +75,12 @@ class KVCache:
     def begin_prefill(self, pads: Sequence[int], length: int) -> None:
         """Masks for a prompt of ``length`` slots whose row b starts with ``pads[b]`` pad tokens:
         query i sees slots pads[b]..i (a pad query sees itself only, so no row is all -inf)."""
-        s = self.max_len
-        mask = np.full((self.batch, 1, length, s), -np.inf, dtype=np.float32)
-        row = np.full((self.batch, 1, 1, s), -np.inf, dtype=np.float32)
-        for b, pad in enumerate(pads):
-            for i in range(length):
-                if i < pad:
-                    mask[b, 0, i, i] = 0.0
-                else:
-                    mask[b, 0, i, pad:i + 1] = 0.0
-            row[b, 0, 0, pad:length] = 0.0
+        slot = np.arange(self.max_len)[None, None, None, :]
+        query = np.arange(length)[None, None, :, None]
+        start = np.asarray(pads).reshape(-1, 1, 1, 1)
+        seen = ((slot >= start) & (slot <= query)) | (slot == query)
+        mask = np.where(seen, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
+        row = np.where((slot >= start) & (slot < length), np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
         self._prefill_mask = oar.tensor(mask, device=self.device)
         self.step_mask.copy_(oar.tensor(row, device=self.device))
 
