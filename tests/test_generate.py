@@ -154,3 +154,21 @@ def test_bad_arguments_are_named(model):
         model.generate(data.encode("a"), 2, top_p=0.0)
     with pytest.raises(ValueError, match="at least one token"):
         model.generate([data.encode("a"), []], 2)
+
+
+def test_sample_tokens_follows_the_filtered_distribution():
+    from oar.models.generation import sample_tokens
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((1, 50)) * 2
+    probs = torch.softmax(torch.from_numpy(logits[0] / 0.7), 0).numpy()
+    order = np.argsort(-probs, kind="stable")
+    kept = order[:np.searchsorted(np.cumsum(probs[order]), 0.8) + 1]  # the top-p nucleus
+    u = rng.random(4000)
+    draws = np.array([sample_tokens(logits, 0.7, 0, 0.8, u[i:i + 1])[0] for i in range(len(u))])
+    assert set(draws) <= set(kept.tolist()) and len(set(draws)) == len(kept)
+    expected = probs[kept] / probs[kept].sum()
+    observed = np.array([(draws == t).mean() for t in kept])
+    np.testing.assert_allclose(observed, expected, atol=0.03)  # 4000 draws: ~4 standard errors
+    top3 = np.array([sample_tokens(logits, 1.0, 3, 1.0, u[i:i + 1])[0] for i in range(200)])
+    assert set(top3) <= set(order[:3].tolist())
