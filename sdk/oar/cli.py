@@ -237,5 +237,20 @@ from oar.profiler._cli import profile_command as _profile_command  # noqa: E402
 main.add_command(_profile_command)
 
 
+@main.command("serve")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--device", default=None, help="Device type or 'type:index' (default: the current device).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True)
+@click.option("--max-batch", default=8, show_default=True, help="Requests decoded together (KV-cache rows).")
+@click.option("--max-waiting", default=64, show_default=True, help="Requests queued beyond those; more get 429.")
+@click.option("--max-tokens-limit", default=None, type=int, help="Largest max_tokens a request may ask for.")
+def serve(path, device, host, port, max_batch, max_waiting, max_tokens_limit) -> None:
+    """Serve a model file (oar.serve.save_model) over HTTP: an OpenAI-style /v1/completions."""
+    from oar.serve.app import run
+
+    run(path, device, host, port, max_batch, max_waiting, max_tokens_limit)
+
+
 if __name__ == "__main__":
     main()

@@ -6,7 +6,7 @@ RMSNorm and a head tied to the embedding (or its own).
     model = Llama(cfg)                      # deterministic weights from cfg.seed
     logits = model(tokens)                  # tokens int64 [B, T] -> [B, T, vocab]
     loss = model.loss(tokens, targets)      # mean next-token cross entropy
-    model.generate(prompt, 100, temperature=0.8, seed=0)
+    model.generate(prompt, 100, temperature=0.8, seed=0)   # KV cache: oar.models.generation
 
 Names of parameters (``state_dict`` keys) follow ``tok_emb``, ``layers.{i}.
 attn_norm / attn.wq / attn.wk / attn.wv / attn.wo / mlp_norm / mlp.w1 (gate) /
@@ -109,6 +109,16 @@ class Attention(nn.Module):
                                              training=self.training)
         return self.wo(out.transpose(1, 2).reshape(b, t, d))
 
+    def forward_cached(self, x, cos, sin, cache, layer: int, start: int):
+        """Attention of x [B, T, D] at rotary angles cos/sin [B, 1, T, hd] through ``cache``."""
+        b, t, d = (int(s) for s in x.shape)
+        q = self.wq(x).reshape(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).reshape(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).reshape(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        out = cache.attend(layer, start, q, k, v)
+        return self.wo(out.transpose(1, 2).reshape(b, t, d))
+
 
 class SwiGLU(nn.Module):
     def __init__(self, cfg: LlamaConfig):
@@ -131,6 +141,10 @@ class Block(nn.Module):
 
     def forward(self, x, rotary):
         x = x + self.attn(self.attn_norm(x), rotary)
+        return x + self.mlp(self.mlp_norm(x))
+
+    def forward_cached(self, x, cos, sin, cache, layer: int, start: int):
+        x = x + self.attn.forward_cached(self.attn_norm(x), cos, sin, cache, layer, start)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -172,40 +186,75 @@ class Llama(nn.Module):
         logits = self(tokens)
         return F.cross_entropy(logits.reshape(-1, self.cfg.vocab_size), targets.reshape(-1))
 
-    def generate(self, prompt, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
-                 seed: int = 0) -> np.ndarray:
-        """Continue ``prompt`` (1-D int tokens) by ``max_new_tokens``: greedy at
-        temperature 0, else sampled (on the host, from a numpy generator seeded
-        by ``seed``) from the softmax of logits / temperature, optionally the top_k.
-        Returns the new tokens as int64 numpy."""
-        rng = np.random.default_rng(seed)
-        context = [int(t) for t in np.asarray(prompt).reshape(-1)]
-        if not context:
-            raise ValueError("generate needs a prompt of at least one token")
-        new: list[int] = []
-        was_training = self.training
-        self.eval()
-        try:
-            with oar.no_grad():
-                for _ in range(max_new_tokens):
-                    window = np.asarray(context[-self.cfg.max_seq_len:], dtype=np.int64)[None, :]
-                    logits = self(oar.tensor(window, device=self.tok_emb.weight.device))
-                    last = logits[0, -1].numpy().astype(np.float64)
-                    token = _pick(last, temperature, top_k, rng)
-                    context.append(token)
-                    new.append(token)
-        finally:
-            self.train(was_training)
-        return np.asarray(new, dtype=np.int64)
+    def cache_shape(self) -> tuple[int, int, int, int]:
+        """(n_layers, n_heads, head_dim, max_seq_len): the KV cache oar.models.generation allocates."""
+        return self.cfg.n_layers, self.cfg.n_heads, self.cfg.head_dim, self.cfg.max_seq_len
+
+    def forward_cached(self, tokens, positions, cache, start, all_logits: bool = False):
+        """Logits [B, V] of the last of tokens [B, T] (int64, at per-row ``positions`` [B, T]),
+        whose keys and values go to slots start.. of ``cache`` (see oar.models.generation);
+        ``all_logits``: [B, T, V] of every token instead."""
+        b, t = (int(s) for s in tokens.shape)
+        cos = oar.embedding(self.rotary.cos, positions).reshape(b, 1, t, self.cfg.head_dim)
+        sin = oar.embedding(self.rotary.sin, positions).reshape(b, 1, t, self.cfg.head_dim)
+        x = self.tok_emb(tokens)
+        for i, layer in enumerate(self.layers):
+            x = layer.forward_cached(x, cos, sin, cache, i, start)
+        if not all_logits:
+            x = oar.slice(x, dim=1, start=t - 1, stop=t).reshape(b, self.cfg.d_model)
+        x = self.norm(x)
+        if self.head is None:
+            return F.linear(x, self.tok_emb.weight)
+        return self.head(x)
+
+    def generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, eos_token_id: int | None = None, stream: bool = False,
+                 seed: int | None = 0, **options):
+        """Continue ``input_ids`` (one prompt or a batch) with a KV cache: see
+        :func:`oar.models.generation.generate` (greedy at temperature 0, else sampled from
+        Oar's Philox stream seeded by ``seed``). Returns the new tokens as int64 numpy."""
+        from oar.models.generation import generate
+
+        return generate(self, input_ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                        eos_token_id=eos_token_id, stream=stream, seed=seed, **options)
 
 
-def _pick(logits: np.ndarray, temperature: float, top_k: int, rng: np.random.Generator) -> int:
-    if temperature <= 0.0:
-        return int(np.argmax(logits))
-    logits = logits / temperature
-    if 0 < top_k < logits.shape[0]:
-        kth = np.partition(logits, -top_k)[-top_k]
-        logits = np.where(logits < kth, -np.inf, logits)
-    probs = np.exp(logits - logits.max())
-    probs /= probs.sum()
-    return int(rng.choice(probs.shape[0], p=probs))
+    def to_transformers(self):
+        """The same model as a Hugging Face ``transformers`` LlamaForCausalLM (float32, CPU torch),
+        for comparisons: same config, weights copied."""
+        import torch
+        from transformers import LlamaConfig as HFConfig, LlamaForCausalLM
+
+        cfg = self.cfg
+        hf = LlamaForCausalLM(HFConfig(
+            vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+            num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_heads,
+            max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps, rope_theta=cfg.rope_theta,
+            tie_word_embeddings=cfg.tie_embeddings, attention_bias=False, mlp_bias=False))
+        names = {"tok_emb.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
+                 "head.weight": "lm_head.weight"}
+        parts = {"attn_norm": "input_layernorm", "attn.wq": "self_attn.q_proj", "attn.wk": "self_attn.k_proj",
+                 "attn.wv": "self_attn.v_proj", "attn.wo": "self_attn.o_proj",
+                 "mlp_norm": "post_attention_layernorm", "mlp.w1": "mlp.gate_proj", "mlp.w3": "mlp.up_proj",
+                 "mlp.w2": "mlp.down_proj"}
+        state = {}
+        for name, value in self.state_dict().items():
+            if name.startswith("layers."):
+                _, i, rest = name.split(".", 2)
+                part, leaf = rest.rsplit(".", 1)
+                hf_name = f"model.layers.{i}.{parts[part]}.{leaf}"
+            else:
+                hf_name = names[name]
+            state[hf_name] = torch.from_numpy(np.ascontiguousarray(value.numpy()))
+        missing, unexpected = hf.load_state_dict(state, strict=False)
+        missing = [m for m in missing if not (cfg.tie_embeddings and m == "lm_head.weight")]
+        if missing or unexpected:
+            raise ValueError(f"weights do not map onto LlamaForCausalLM: missing {missing}, unexpected {unexpected}")
+        if cfg.tie_embeddings:
+            hf.tie_weights()
+        return hf.eval()
+
+
+def _rotate(x, cos, sin):
+    """Rotary embedding of x [B, H, T, hd] at per-row angles cos/sin [B, 1, T, hd]."""
+    return oar.add(oar.mul(x, cos), oar.mul(nn.RotaryEmbedding.rotate_half(x), sin))

@@ -1,0 +1,202 @@
+"""Weight-only quantization of Linear layers: int8 or packed int4 codes with one
+float32 scale (and, when asymmetric, one zero point) per group of
+``group_size`` input features, optionally after a randomized Hadamard rotation.
+
+Dequantization: w = (code - zero) * scale, code the stored int8 (bits 8) or the
+4-bit code minus 8 in [-8, 7] (bits 4, two codes per byte: byte = lo + 16 hi - 128
+with lo/hi in 0..15, lo the even input feature); zero is 0 when symmetric.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+import oar
+import oar.nn as nn
+import oar.nn.functional as F
+
+__all__ = ["QuantScheme", "QuantizedLinear", "QuantizationSchemeError", "quantize_weights", "scheme_of",
+           "checkpoint", "restore", "hadamard_rotation", "quantize_array", "dequantize_array"]
+
+
+class QuantizationSchemeError(ValueError):
+    """A quantized checkpoint does not match the model's quantization scheme."""
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    bits: int = 8
+    group_size: int = 64
+    symmetric: bool = True
+    rotate: str | None = None
+    seed: int = 0  # of the Hadamard rotation's random signs
+
+    def __post_init__(self) -> None:
+        if self.bits not in (4, 8):
+            raise ValueError(f"bits must be 8 or 4, not {self.bits!r}")
+        if self.group_size <= 0 or (self.bits == 4 and self.group_size % 2):
+            raise ValueError(f"group_size must be positive (even for 4 bits), not {self.group_size!r}")
+        if self.rotate not in (None, "hadamard"):
+            raise ValueError(f"rotate must be None or 'hadamard', not {self.rotate!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _qrange(bits: int) -> tuple[int, int]:
+    return (-128, 127) if bits == 8 else (-8, 7)
+
+
+def quantize_array(w: np.ndarray, scheme: QuantScheme) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(codes int8 [N, K] in the bits' range, scales float32 [N, K/g], zeros float32 [N, K/g])
+    of a float weight [N, K]; K must be a multiple of the group size."""
+    n, k = w.shape
+    g = scheme.group_size
+    if k % g:
+        raise ValueError(f"in_features {k} is not a multiple of group_size {g}")
+    lo_code, hi_code = _qrange(scheme.bits)
+    groups = w.astype(np.float64).reshape(n, k // g, g)
+    if scheme.symmetric:
+        scale = np.abs(groups).max(-1) / hi_code
+        zero = np.zeros_like(scale)
+    else:
+        low, high = groups.min(-1), groups.max(-1)
+        scale = (high - low) / (hi_code - lo_code)
+        zero = np.round(lo_code - low / np.where(scale > 0, scale, 1.0))
+    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+    codes = np.clip(np.round(groups / scale[..., None] + zero[..., None]), lo_code, hi_code)
+    return codes.reshape(n, k).astype(np.int8), scale, zero.astype(np.float32)
+
+
+def dequantize_array(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray, group_size: int) -> np.ndarray:
+    n, k = codes.shape
+    groups = codes.astype(np.float32).reshape(n, k // group_size, group_size)
+    return ((groups - zeros[..., None]) * scales[..., None]).reshape(n, k)
+
+
+def pack_int4(codes: np.ndarray) -> np.ndarray:
+    """Codes in [-8, 7] [N, K] -> bytes [N, K/2]: lo + 16 hi - 128 of the codes + 8."""
+    u = codes.astype(np.int32) + 8
+    return (u[:, 0::2] + 16 * u[:, 1::2] - 128).astype(np.int8)
+
+
+def hadamard_rotation(k: int, seed: int) -> np.ndarray:
+    """An orthogonal [k, k] matrix: random signs times a block-diagonal normalized Hadamard
+    (blocks of the largest power of two dividing k)."""
+    block = k & -k
+    h = np.ones((1, 1))
+    while h.shape[0] < block:
+        h = np.block([[h, h], [h, -h]])
+    h /= math.sqrt(block)
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=k)
+    return (signs[:, None] * np.kron(np.eye(k // block), h)).astype(np.float32)
+
+
+class QuantizedLinear(nn.Module):
+    """A Linear whose weight is stored as int8 / packed int4 codes with per-group scales (and
+    zeros); forward dequantizes on the device and runs the matmul (after x @ rotation when
+    the scheme rotates: (x R)(W R)^T = x W^T for orthogonal R)."""
+
+    def __init__(self, in_features: int, out_features: int, scheme: QuantScheme, bias: bool = False):
+        super().__init__()
+        if in_features % scheme.group_size:
+            raise ValueError(f"in_features {in_features} is not a multiple of group_size {scheme.group_size}")
+        self.in_features, self.out_features, self.scheme = in_features, out_features, scheme
+        packed = in_features if scheme.bits == 8 else in_features // 2
+        groups = in_features // scheme.group_size
+        self.register_buffer("qweight", oar.zeros([out_features, packed], dtype="int8"))
+        self.register_buffer("scales", oar.ones([out_features, groups]))
+        self.register_buffer("zeros", oar.zeros([out_features, groups]))
+        self.bias = None
+        if bias:
+            self.register_buffer("bias", oar.zeros([out_features]))
+        rotation = hadamard_rotation(in_features, scheme.seed) if scheme.rotate else None
+        self.rotation = None
+        if rotation is not None:  # recomputed from the scheme, so not in the state
+            self.register_buffer("rotation", oar.tensor(rotation), persistent=False)
+
+    @classmethod
+    def from_linear(cls, linear, scheme: QuantScheme) -> "QuantizedLinear":
+        device = linear.weight.device
+        q = cls(linear.in_features, linear.out_features, scheme, bias=linear.bias is not None)
+        w = linear.weight.numpy()
+        if q.rotation is not None:
+            w = w @ q.rotation.numpy()
+        codes, scales, zeros = quantize_array(w, scheme)
+        q.qweight = oar.tensor(codes if scheme.bits == 8 else pack_int4(codes))
+        q.scales, q.zeros = oar.tensor(scales), oar.tensor(zeros)
+        if linear.bias is not None:
+            q.bias = oar.tensor(linear.bias.numpy())
+        return q.to(device)
+
+    def weight_bytes(self) -> int:
+        return self.qweight.numel() + 4 * (self.scales.numel() + (0 if self.scheme.symmetric else self.zeros.numel()))
+
+    def dequantized_weight(self):
+        """The float32 weight [out, in] (in the rotated basis when the scheme rotates)."""
+        n, k, g = self.out_features, self.in_features, self.scheme.group_size
+        codes = oar.cast(self.qweight, dtype="float32")
+        if self.scheme.bits == 4:
+            u = oar.add(codes, 128.0)  # lo + 16 hi in 0..255, exact in float32
+            hi = oar.cast(oar.cast(oar.div(u, 16.0), dtype="int32"), dtype="float32")
+            lo = oar.sub(u, oar.mul(hi, 16.0))
+            codes = oar.sub(oar.concat([lo.reshape(n, k // 2, 1), hi.reshape(n, k // 2, 1)], dim=-1), 8.0)
+        groups = codes.reshape(n, k // g, g)
+        w = oar.mul(oar.sub(groups, self.zeros.reshape(n, k // g, 1)), self.scales.reshape(n, k // g, 1))
+        return w.reshape(n, k)
+
+    def forward(self, x):
+        if self.rotation is not None:
+            x = oar.matmul(x, self.rotation)
+        return F.linear(x, self.dequantized_weight(), self.bias)
+
+    def extra_repr(self) -> str:
+        s = self.scheme
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bits={s.bits}, "
+                f"group_size={s.group_size}, symmetric={s.symmetric}, rotate={s.rotate}")
+
+
+def quantize_weights(model, bits: int = 8, group_size: int = 64, symmetric: bool = True, rotate: str | None = None,
+                     seed: int = 0):
+    """Replace every nn.Linear of ``model`` (in place) by a QuantizedLinear of the scheme;
+    returns the model, whose ``quantization_scheme`` records it."""
+    scheme = QuantScheme(bits, group_size, symmetric, rotate, seed)
+    if getattr(model, "quantization_scheme", None) is not None:
+        raise ValueError(f"the model is already quantized ({model.quantization_scheme})")
+    replaced = 0
+    for _, module in list(model.named_modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(module, name, QuantizedLinear.from_linear(child, scheme))
+                replaced += 1
+    if not replaced:
+        raise ValueError("quantize_weights found no nn.Linear in the model")
+    model.quantization_scheme = scheme
+    return model
+
+
+def scheme_of(model) -> QuantScheme | None:
+    return getattr(model, "quantization_scheme", None)
+
+
+def checkpoint(model) -> dict:
+    """What oar.save writes for a quantized model: the scheme (in the file's metadata) and the state."""
+    scheme = scheme_of(model)
+    return {"quantization": None if scheme is None else scheme.to_dict(), "state": model.state_dict()}
+
+
+def restore(model, saved: dict, path: str = "checkpoint"):
+    """Load ``saved`` (oar.load of a :func:`checkpoint`) into ``model``, quantized with the same
+    scheme; a checkpoint of another scheme (or a float one) is a QuantizationSchemeError."""
+    if not isinstance(saved, dict) or "quantization" not in saved or "state" not in saved:
+        raise QuantizationSchemeError(f"{path}: not a quantized checkpoint (no 'quantization' entry)")
+    mine = scheme_of(model)
+    mine = None if mine is None else mine.to_dict()
+    if saved["quantization"] != mine:
+        raise QuantizationSchemeError(f"{path}: saved with quantization {saved['quantization']}, but the model "
+                                      f"is quantized with {mine}; quantize_weights the model the same way first")
+    model.load_state_dict(saved["state"])
+    return model

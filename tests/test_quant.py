@@ -1,0 +1,123 @@
+"""Weight-only quantization (oar.quantization): codes and scales against numpy, QuantizedLinear
+against the float Linear, the Hadamard rotation (orthogonal, and what it buys on outliers),
+quantize_weights on the Llama-style model, and save/load with the scheme checked."""
+
+import numpy as np
+import pytest
+
+from oar.models import data
+
+
+def test_codes_reconstruct_within_half_a_step():
+    from oar.quantization import QuantScheme, dequantize_array, quantize_array
+
+    w = np.random.default_rng(0).standard_normal((8, 128)).astype(np.float32)
+    for bits in (8, 4):
+        for symmetric in (True, False):
+            scheme = QuantScheme(bits=bits, group_size=32, symmetric=symmetric)
+            codes, scales, zeros = quantize_array(w, scheme)
+            low, high = (-128, 127) if bits == 8 else (-8, 7)
+            assert codes.dtype == np.int8 and codes.min() >= low and codes.max() <= high
+            err = np.abs(dequantize_array(codes, scales, zeros, 32) - w).reshape(8, 4, 32).max(-1)
+            assert np.all(err <= scales * 0.5 + 1e-6), (bits, symmetric)
+
+
+@pytest.mark.parametrize("bits,symmetric,rotate", [(8, True, None), (4, True, None), (4, False, None),
+                                                   (4, True, "hadamard")])
+def test_quantized_linear_matches_numpy_and_stays_close_to_float(dev, bits, symmetric, rotate):
+    import oar
+    import oar.nn as nn
+    from oar.quantization import QuantizedLinear, QuantScheme, dequantize_array, quantize_array
+
+    oar.manual_seed(1)
+    linear = nn.Linear(128, 48, bias=True).to(oar.device(dev))
+    scheme = QuantScheme(bits=bits, group_size=32, symmetric=symmetric, rotate=rotate)
+    q = QuantizedLinear.from_linear(linear, scheme)
+    x = np.random.default_rng(1).standard_normal((3, 5, 128)).astype(np.float32)
+    with oar.no_grad():
+        got = q(oar.tensor(x, device=dev)).numpy()
+    w, b = linear.weight.numpy(), linear.bias.numpy()
+    rot = q.rotation.numpy() if rotate else np.eye(128, dtype=np.float32)
+    deq = dequantize_array(*quantize_array(w @ rot, scheme), 32)
+    np.testing.assert_allclose(got, (x @ rot) @ deq.T + b, rtol=1e-4, atol=1e-4)
+    exact = x @ w.T + b
+    rel = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+    assert rel < (0.01 if bits == 8 else 0.15), rel
+    ratio = q.weight_bytes() / (w.size * 4)
+    assert ratio == pytest.approx(((1 if bits == 8 else 0.5) + 4 / 32 * (1 if symmetric else 2)) / 4)
+
+
+def test_hadamard_is_orthogonal_and_spreads_outliers():
+    from oar.quantization import QuantScheme, dequantize_array, hadamard_rotation, quantize_array
+
+    for k in (64, 384):
+        r = hadamard_rotation(k, seed=3)
+        np.testing.assert_allclose(r @ r.T, np.eye(k), atol=1e-5)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 256)).astype(np.float32)
+    w[:, rng.choice(256, 4, replace=False)] *= 25.0  # outlier input features, as in trained LLMs
+    plain, rotated = QuantScheme(bits=4, group_size=64), QuantScheme(bits=4, group_size=64, rotate="hadamard")
+    r = hadamard_rotation(256, seed=0)
+    err_plain = np.linalg.norm(dequantize_array(*quantize_array(w, plain), 64) - w)
+    err_rot = np.linalg.norm(dequantize_array(*quantize_array(w @ r, rotated), 64) @ r.T - w)
+    assert err_rot < 0.7 * err_plain, (err_rot, err_plain)
+
+
+@pytest.fixture
+def llama(dev):
+    import oar
+    from oar.models.llama import Llama, LlamaConfig
+
+    return Llama(LlamaConfig(d_model=64, n_layers=2, n_heads=4, max_seq_len=32, seed=4, init_std=0.08)).to(
+        oar.device(dev))
+
+
+def test_quantize_weights_replaces_every_linear_and_generates(llama, dev):
+    import oar
+    import oar.nn as nn
+    from oar.quantization import QuantizedLinear, quantize_weights
+
+    tokens = oar.tensor(data.encode("for i in range(10):")[None, :], device=dev)
+    with oar.no_grad():
+        ref = llama(tokens).numpy()
+    quantize_weights(llama, bits=8, group_size=32)
+    assert not any(isinstance(m, nn.Linear) for _, m in llama.named_modules())
+    assert sum(isinstance(m, QuantizedLinear) for _, m in llama.named_modules()) == 2 * 7
+    with oar.no_grad():
+        got = llama(tokens).numpy()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.03  # 14 int8 layers, about 0.4% each
+    new = llama.generate(data.encode("x = "), 6)
+    assert new.shape == (6,)
+    with pytest.raises(ValueError, match="already quantized"):
+        quantize_weights(llama, bits=4)
+
+
+def test_save_and_load_check_the_scheme(llama, dev, tmp_path):
+    import oar
+    from oar.models.llama import Llama
+    from oar.quantization import QuantizationSchemeError, checkpoint, quantize_weights, restore
+
+    quantize_weights(llama, bits=4, group_size=32, rotate="hadamard")
+    path = tmp_path / "q.safetensors"
+    oar.save(checkpoint(llama), path)
+    fresh = quantize_weights(Llama(llama.cfg).to(oar.device(dev)), bits=4, group_size=32, rotate="hadamard")
+    restore(fresh, oar.load(path, device=dev), str(path))
+    tokens = oar.tensor(data.encode("while")[None, :], device=dev)
+    with oar.no_grad():
+        np.testing.assert_array_equal(fresh(tokens).numpy(), llama(tokens).numpy())
+    other = quantize_weights(Llama(llama.cfg).to(oar.device(dev)), bits=4, group_size=32)
+    with pytest.raises(QuantizationSchemeError, match="rotate.*hadamard.*quantize_weights"):
+        restore(other, oar.load(path, device=dev), str(path))
+    with pytest.raises(QuantizationSchemeError, match="None"):
+        restore(Llama(llama.cfg).to(oar.device(dev)), oar.load(path, device=dev), str(path))
+
+
+def test_bad_schemes_are_named():
+    from oar.quantization import QuantScheme
+
+    with pytest.raises(ValueError, match="bits"):
+        QuantScheme(bits=3)
+    with pytest.raises(ValueError, match="rotate"):
+        QuantScheme(rotate="fft")
+    with pytest.raises(ValueError, match="group_size"):
+        QuantScheme(bits=4, group_size=7)
