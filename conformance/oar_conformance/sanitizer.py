@@ -28,8 +28,10 @@ SANITIZERS = ("address",)
 HEAD_FRAMES = 8
 # Python's own allocations reached only through pointers LSan cannot see (or freed by the interpreter at exit)
 # are not the plugin's: a leak counts only when a frame of its allocation stack is in the plugin library.
+# Every frame ends with "(module+offset)" (%M): a plugin built with debug info is symbolized to its source
+# files, and its library's name would otherwise appear in no frame.
 _OPTIONS = ("detect_leaks=1", "halt_on_error=1", "abort_on_error=0", "exitcode=86", "allocator_may_return_null=1",
-            "symbolize=1", "print_summary=1")
+            "symbolize=1", "print_summary=1", 'stack_trace_format="    #%n %p %F %L %M"')
 
 
 class SanitizerError(RuntimeError):
