@@ -21,15 +21,17 @@ import re
 import shutil
 import subprocess
 
-__all__ = ["SANITIZERS", "SanitizerError", "runtime_library", "environment", "report_path", "read_reports",
-           "report_head", "plugin_leaks", "leak_check"]
+__all__ = ["SANITIZERS", "SanitizerError", "runtime_library", "environment", "quiet_children", "report_path",
+           "read_reports", "report_head", "plugin_leaks", "leak_check"]
 
 SANITIZERS = ("address",)
 HEAD_FRAMES = 8
 # Python's own allocations reached only through pointers LSan cannot see (or freed by the interpreter at exit)
 # are not the plugin's: a leak counts only when a frame of its allocation stack is in the plugin library.
+# Every frame ends with "(module+offset)" (%M): a plugin built with debug info is symbolized to its source
+# files, and its library's name would otherwise appear in no frame.
 _OPTIONS = ("detect_leaks=1", "halt_on_error=1", "abort_on_error=0", "exitcode=86", "allocator_may_return_null=1",
-            "symbolize=1", "print_summary=1")
+            "symbolize=1", "print_summary=1", 'stack_trace_format="    #%n %p %F %L %M"')
 
 
 class SanitizerError(RuntimeError):
@@ -87,6 +89,13 @@ def environment(env: dict, library: str, log_prefix: str | None) -> dict:
     env["ASAN_OPTIONS"] = ":".join(o for o in (":".join(options), existing) if o)  # the user's options win
     env["PYTHONMALLOC"] = "malloc"  # Python's objects where LSan can see the pointers they hold
     return env
+
+
+def quiet_children() -> None:
+    """In a worker, whose sanitizer runtime has read its options already: the processes it starts (the
+    compiler a plugin's module_compile runs, say) still get the preload but no leak check, whose
+    exitcode would fail them and whose reports are not the plugin's."""
+    os.environ["ASAN_OPTIONS"] = ":".join(o for o in (os.environ.get("ASAN_OPTIONS", ""), "detect_leaks=0") if o)
 
 
 def report_path(log_dir: str, serial: int) -> str:

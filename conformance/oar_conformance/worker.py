@@ -88,6 +88,9 @@ def run_test(sessions: dict, config: dict, test_id: str) -> dict:
 
 def main() -> int:
     config = json.loads(os.environ.get(CONFIG_ENV, "{}"))
+    if config.get("sanitize"):
+        from oar_conformance.sanitizer import quiet_children
+        quiet_children()
     protocol = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # the plugin's prints go to the log, never into the protocol
     sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)

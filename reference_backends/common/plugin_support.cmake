@@ -16,7 +16,8 @@ if(NOT TARGET oar_plugin_support)
     "${_oar_ps_dir}/src/errors.c"
     "${_oar_ps_dir}/src/attrs.c"
     "${_oar_ps_dir}/src/descriptors.c"
-    "${_oar_ps_dir}/src/geometry.c")
+    "${_oar_ps_dir}/src/geometry.c"
+    "${_oar_ps_dir}/src/dtypes.c")
   target_include_directories(oar_plugin_support PUBLIC ${_oar_ps_includes})
   set_target_properties(oar_plugin_support PROPERTIES
     C_STANDARD 99

@@ -205,12 +205,67 @@ static void test_conv2d(void) {
             HAS("input channels per group"), "channels per group");
 }
 
+static void test_pool2d(void) {
+  int64_t x[] = {2, 3, 9, 8}, kernel[] = {3}, padding[] = {1}, none[] = {0};
+  oar_ps_pool2d g;
+  /* torch: max_pool2d(zeros(2, 3, 9, 8), 3, padding=1) is [2, 3, 3, 3] (stride defaults to the kernel) */
+  CHECK(oar_ps_pool2d_geometry("max_pool2d", 4, x, 1, kernel, 0, none, 1, padding, &g) == OAR_SUCCESS &&
+            g.out_h == 3 && g.out_w == 3 && g.planes == 6 && g.stride[0] == 3 && g.stride[1] == 3,
+        "pool out %lldx%lld", (long long)g.out_h, (long long)g.out_w);
+  /* torch: avg_pool2d(zeros(2, 3, 9, 8), (3, 2), stride=(2, 1), padding=(1, 0)) is [2, 3, 5, 7] */
+  int64_t kernel2[] = {3, 2}, stride2[] = {2, 1}, padding2[] = {1, 0};
+  CHECK(oar_ps_pool2d_geometry("avg_pool2d", 4, x, 2, kernel2, 2, stride2, 2, padding2, &g) == OAR_SUCCESS &&
+            g.out_h == 5 && g.out_w == 7,
+        "pool out %lldx%lld", (long long)g.out_h, (long long)g.out_w);
+  CHECK(oar_ps_pool2d_geometry("max_pool2d", 3, x + 1, 1, kernel, 0, none, 1, padding, &g) == OAR_SUCCESS &&
+            g.planes == 3 && g.channels == 3,
+        "[C, H, W] input");
+  CHECK(oar_ps_pool2d_geometry("max_pool2d", 2, x, 1, kernel, 0, none, 1, padding, &g) == OAR_ERROR_INVALID_ARGUMENT &&
+            HAS("kernel_launch: max_pool2d: x must be [N, C, H, W] (or [C, H, W]), got 2 dims"),
+        "rank");
+  int64_t big[] = {12};
+  CHECK(oar_ps_pool2d_geometry("max_pool2d", 4, x, 1, big, 0, none, 1, padding, &g) == OAR_ERROR_INVALID_ARGUMENT &&
+            HAS("window does not fit the padded 11x10 input"),
+        "window larger than the input");
+  CHECK(oar_ps_pool2d_geometry("max_pool2d", 4, x, 3, kernel2, 0, none, 1, padding, &g) == OAR_ERROR_INVALID_ARGUMENT &&
+            HAS("need 1 or 2 entries"),
+        "entry counts");
+  int64_t negative[] = {-1};
+  CHECK(oar_ps_pool2d_geometry("max_pool2d", 4, x, 1, kernel, 0, none, 1, negative, &g) == OAR_ERROR_INVALID_ARGUMENT &&
+            HAS("padding -1 >= 0"),
+        "negative padding");
+}
+
+static bool promotes_to(oar_dl_data_type a, oar_dl_data_type b, oar_dl_data_type expected) {
+  oar_dl_data_type out = {0, 0, 0};
+  return oar_ps_promote(a, b, &out) && out.code == expected.code && out.bits == expected.bits && out.lanes == 1;
+}
+
+static void test_promote(void) {
+  const oar_dl_data_type f16 = {OAR_DL_FLOAT, 16, 1}, bf16 = {OAR_DL_BFLOAT, 16, 1}, f32 = {OAR_DL_FLOAT, 32, 1},
+                         f64 = {OAR_DL_FLOAT, 64, 1}, i8 = {OAR_DL_INT, 8, 1}, i32 = {OAR_DL_INT, 32, 1},
+                         i64 = {OAR_DL_INT, 64, 1}, u8 = {OAR_DL_UINT, 8, 1}, b8 = {OAR_DL_BOOL, 8, 1};
+  /* as torch.promote_types */
+  CHECK(promotes_to(i32, f16, f16) && promotes_to(f16, i32, f16), "int32 with float16");
+  CHECK(promotes_to(f16, bf16, f32) && promotes_to(bf16, f16, f32), "float16 with bfloat16");
+  CHECK(promotes_to(i64, f32, f32) && promotes_to(f64, i64, f64), "int with float");
+  CHECK(promotes_to(b8, i8, i8) && promotes_to(i32, i64, i64) && promotes_to(b8, u8, u8), "integers");
+  /* ops.yaml's order, where torch widens instead: uint8 with int8 is int8 */
+  CHECK(promotes_to(u8, i8, i8), "uint8 with int8");
+  oar_dl_data_type out = f32, vector = {OAR_DL_FLOAT, 32, 4}, odd = {OAR_DL_INT, 24, 1};
+  CHECK(!oar_ps_promote(vector, f32, &out) && !oar_ps_promote(f32, odd, &out) && out.bits == 32 && out.lanes == 1,
+        "no rank: false, out untouched");
+  CHECK(oar_ps_promote_rank(b8) == 0 && oar_ps_promote_rank(f64) == 8 && oar_ps_promote_rank(odd) == -1, "ranks");
+}
+
 int main(void) {
   test_errors();
   test_log();
   test_attrs();
   test_descriptors();
   test_conv2d();
+  test_pool2d();
+  test_promote();
   printf("%d passed, %d failed\n", checks - failures, failures);
   return failures ? 1 : 0;
 }

@@ -36,6 +36,8 @@ bool dtype_from_dl(oar_dl_data_type dl, uint8_t* dtype) {
   return false;
 }
 
+oar_dl_data_type dtype_to_dl(uint8_t dtype) { return (oar_dl_data_type){infos[dtype].code, infos[dtype].bits, 1}; }
+
 const char* dtype_name(uint8_t dtype) { return dtype < DTYPE_COUNT ? infos[dtype].name : "?"; }
 int dtype_size(uint8_t dtype) { return infos[dtype].bits / 8; }
 bool dtype_is_floating(uint8_t dtype) { return infos[dtype].floating; }

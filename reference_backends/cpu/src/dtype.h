@@ -27,6 +27,8 @@ typedef enum refcpu_dtype {
 
 /* False for lanes != 1 or a code/bits pair the plugin does not know. */
 bool dtype_from_dl(oar_dl_data_type dl, uint8_t* dtype);
+/* The DLPack dtype of a valid id (lanes 1). */
+oar_dl_data_type dtype_to_dl(uint8_t dtype);
 const char* dtype_name(uint8_t dtype);
 int dtype_size(uint8_t dtype);
 bool dtype_is_floating(uint8_t dtype);

@@ -56,26 +56,12 @@ static const op_def* find_op(const char* name) {
 
 /* ---- dtypes --------------------------------------------------------------------- */
 
-static int promote_rank(uint8_t dtype) {
-  switch (dtype) {
-    case DTYPE_BOOL: return 0;
-    case DTYPE_U8: return 1;
-    case DTYPE_I8: return 2;
-    case DTYPE_I16: return 3;
-    case DTYPE_I32: return 4;
-    case DTYPE_I64: return 5;
-    case DTYPE_F16: return 6;
-    case DTYPE_BF16: return 6;
-    case DTYPE_F32: return 7;
-    case DTYPE_F64: return 8;
-    default: return 5;
-  }
-}
-
+/* The plugin support library's promotion (group 7), on this plugin's dtype ids. */
 uint8_t dtype_promote(uint8_t a, uint8_t b) {
-  if (a == b) return a;
-  if ((a == DTYPE_F16 && b == DTYPE_BF16) || (a == DTYPE_BF16 && b == DTYPE_F16)) return DTYPE_F32;
-  return promote_rank(a) >= promote_rank(b) ? a : b;
+  oar_dl_data_type promoted;
+  uint8_t id;
+  if (a == b || !oar_ps_promote(dtype_to_dl(a), dtype_to_dl(b), &promoted) || !dtype_from_dl(promoted, &id)) return a;
+  return id;
 }
 
 static bool is_integral(uint8_t dtype) { return !dtype_is_floating(dtype); }

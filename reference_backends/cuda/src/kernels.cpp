@@ -47,23 +47,22 @@ bool dtype_from_dl(oar_dl_data_type dl, uint8_t* out) {
 
 bool is_floating(uint8_t d) { return d == DTYPE_F32 || d == DTYPE_F64 || d == DTYPE_F16 || d == DTYPE_BF16; }
 
-/* bool < int8 < int32 < int64 < float16, bfloat16 < float32 < float64; f16 with bf16 is f32 */
-int rank_of(uint8_t d) {
-  switch (d) {
-    case DTYPE_BOOL: return 0;
-    case DTYPE_I8: case DTYPE_U8: return 1;
-    case DTYPE_I16: return 2;
-    case DTYPE_I32: return 3;
-    case DTYPE_I64: return 4;
-    case DTYPE_F16: case DTYPE_BF16: return 5;
-    case DTYPE_F32: return 6;
-    default: return 7;
-  }
+/* The DLPack dtype of a valid id. */
+oar_dl_data_type dtype_to_dl(uint8_t d) {
+  static const oar_dl_data_type dl[DTYPE_COUNT] = {
+      {OAR_DL_FLOAT, 32, 1}, {OAR_DL_FLOAT, 64, 1}, {OAR_DL_FLOAT, 16, 1}, {OAR_DL_BFLOAT, 16, 1}, {OAR_DL_INT, 8, 1},
+      {OAR_DL_INT, 16, 1},   {OAR_DL_INT, 32, 1},   {OAR_DL_INT, 64, 1},   {OAR_DL_UINT, 8, 1},   {OAR_DL_BOOL, 8, 1}};
+  return dl[d];
 }
+
+/* The plugin support library's promotion (group 7), on this plugin's dtype ids. */
 uint8_t promote(uint8_t a, uint8_t b) {
-  if (a == b) return a;
-  if ((a == DTYPE_F16 && b == DTYPE_BF16) || (a == DTYPE_BF16 && b == DTYPE_F16)) return DTYPE_F32;
-  return rank_of(a) >= rank_of(b) ? a : b;
+  oar_dl_data_type promoted;
+  uint8_t id;
+  if (a == b || a >= DTYPE_COUNT || b >= DTYPE_COUNT || !oar_ps_promote(dtype_to_dl(a), dtype_to_dl(b), &promoted) ||
+      !dtype_from_dl(promoted, &id))
+    return a;
+  return id;
 }
 
 const op_def* find_op(const char* name) {

@@ -11,9 +11,9 @@
 #include "ops.h"
 
 namespace {
-struct pool_geometry {
-  int64_t kernel[2], stride[2], padding[2];
-  int64_t channels, planes, in_h, in_w, out_h, out_w;
+/* The plugin support library's window geometry (kernel, stride, padding, planes, channels, in_h,
+   in_w, out_h, out_w), with x's rank. */
+struct pool_geometry : oar_ps_pool2d {
   int32_t ndim; /* of x: 3 or 4 */
 };
 
@@ -103,38 +103,15 @@ __global__ void pool_backward(cu_tensor grad, cu_tensor x, cu_tensor out, pool_g
 }
 
 /* The geometry from x's shape and the kernel_size / stride / padding attributes (at their
-   indices in L->attrs: kernel_size, stride, padding, as ops.yaml lists them). */
+   indices in L->attrs: kernel_size, stride, padding, as ops.yaml lists them): the plugin support
+   library's checks and geometry. */
 oar_status pool_geometry_of(const cu_launch* L, const cu_tensor& x, int first_attr, pool_geometry* g) {
   const kernel_attr &kernel = L->attrs[first_attr], &stride = L->attrs[first_attr + 1], &padding = L->attrs[first_attr + 2];
-  if (x.ndim != 4 && x.ndim != 3) return op_fail(L, "x must be [N, C, H, W] (or [C, H, W]), got %d dims", (int)x.ndim);
-  if (kernel.count < 1 || kernel.count > 2 || stride.count > 2 || padding.count < 1 || padding.count > 2)
-    return op_fail(L, "kernel_size and padding need 1 or 2 entries, stride 0 to 2 (got %d, %d, %d)", (int)kernel.count,
-                   (int)padding.count, (int)stride.count);
-  for (int i = 0; i < 2; i++) {
-    g->kernel[i] = kernel.v.ints[kernel.count == 2 ? i : 0];
-    g->stride[i] = stride.count ? stride.v.ints[stride.count == 2 ? i : 0] : g->kernel[i];
-    g->padding[i] = padding.v.ints[padding.count == 2 ? i : 0];
-    if (g->kernel[i] < 1 || g->stride[i] < 1 || g->padding[i] < 0 || g->kernel[i] > INT32_MAX ||
-        g->stride[i] > INT32_MAX || g->padding[i] > INT32_MAX)
-      return op_fail(L, "kernel_size %" PRId64 ", stride %" PRId64 " must be >= 1 and padding %" PRId64 " >= 0",
-                     g->kernel[i], g->stride[i], g->padding[i]);
-  }
-  int n = x.ndim;
-  g->ndim = n;
-  g->channels = x.shape[n - 3];
-  g->planes = (n == 4 ? x.shape[0] : 1) * g->channels;
-  g->in_h = x.shape[n - 2];
-  g->in_w = x.shape[n - 1];
-  int64_t span_h = g->in_h + 2 * g->padding[0] - g->kernel[0], span_w = g->in_w + 2 * g->padding[1] - g->kernel[1];
-  if (span_h < 0 || span_w < 0)
-    return op_fail(L, "the %" PRId64 "x%" PRId64 " window does not fit the padded %" PRId64 "x%" PRId64 " input",
-                   g->kernel[0], g->kernel[1], g->in_h + 2 * g->padding[0], g->in_w + 2 * g->padding[1]);
-  g->out_h = span_h / g->stride[0] + 1;
-  g->out_w = span_w / g->stride[1] + 1;
-  return OAR_SUCCESS;
+  g->ndim = x.ndim;
+  return oar_ps_pool2d_geometry(L->op->name, x.ndim, x.shape, kernel.count, kernel.v.ints, stride.count,
+                                stride.v.ints, padding.count, padding.v.ints, g);
 }
 
-/* t is x's shape with H, W replaced by the pooled sizes (pooled) or x's own. */
 bool shaped(const cu_tensor& t, const cu_tensor& x, const pool_geometry& g, bool pooled) {
   if (t.ndim != x.ndim) return false;
   for (int d = 0; d < x.ndim - 2; d++)

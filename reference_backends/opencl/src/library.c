@@ -319,26 +319,13 @@ const char* dtype_name(uint8_t dtype) { return dtype < DT_COUNT ? dtype_infos[dt
 int dtype_size(uint8_t dtype) { return dtype_infos[dtype].bits / 8; }
 bool dtype_is_floating(uint8_t dtype) { return dtype_infos[dtype].floating; }
 
-static int promote_rank(uint8_t dtype) {
-  switch (dtype) {
-    case DT_BOOL: return 0;
-    case DT_U8: return 1;
-    case DT_I8: return 2;
-    case DT_I16: return 3;
-    case DT_I32: return 4;
-    case DT_I64: return 5;
-    case DT_F16:
-    case DT_BF16: return 6;
-    case DT_F32: return 7;
-    case DT_F64: return 8;
-    default: return 5;
-  }
-}
-
+/* The plugin support library's promotion (group 7), on this plugin's dtype ids. */
 uint8_t dtype_promote(uint8_t a, uint8_t b) {
-  if (a == b) return a;
-  if ((a == DT_F16 && b == DT_BF16) || (a == DT_BF16 && b == DT_F16)) return DT_F32;
-  return promote_rank(a) >= promote_rank(b) ? a : b;
+  if (a == b || a >= DT_COUNT || b >= DT_COUNT) return a;
+  oar_dl_data_type promoted, dl_a = {dtype_infos[a].code, dtype_infos[a].bits, 1},
+                             dl_b = {dtype_infos[b].code, dtype_infos[b].bits, 1};
+  uint8_t id;
+  return oar_ps_promote(dl_a, dl_b, &promoted) && dtype_from_dl(promoted, &id) ? id : a;
 }
 
 int family_of(uint8_t dtype) {

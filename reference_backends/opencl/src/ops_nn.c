@@ -316,7 +316,8 @@ oar_status ocl_op_conv2d_backward_weight(ocl_launch* L) {
 
 /* ---- pooling ---------------------------------------------------------------------------------- */
 
-/* x is [N, C, H, W] (or [C, H, W]); kernel_size, stride (empty: kernel_size), padding. */
+/* x is [N, C, H, W] (or [C, H, W]); kernel_size, stride (empty: kernel_size), padding: the
+   plugin support library's checks and geometry, in the kernels' struct. */
 static oar_status pool_geometry(const ocl_launch* L, const char* op, const ocl_tensor* x, int k_index, int s_index,
                                 int p_index, g_pool* g) {
   memset(g, 0, sizeof *g);
@@ -324,41 +325,21 @@ static oar_status pool_geometry(const ocl_launch* L, const char* op, const ocl_t
   const int64_t* kernel = attr_ints(L, k_index, &kc);
   const int64_t* stride = attr_ints(L, s_index, &sc);
   const int64_t* padding = attr_ints(L, p_index, &pc);
-  if (x->ndim != 4 && x->ndim != 3)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: x must be [N, C, H, W] (or [C, H, W]), got %d dims",
-                    op, x->ndim);
-  if (kc < 1 || kc > 2 || sc > 2 || pc > 2 || pc < 1)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
-                    "kernel_launch: %s: kernel_size and padding need 1 or 2 entries, stride 0 to 2 (got %d, %d, %d)", op,
-                    kc, pc, sc);
-  int64_t k[2], s[2], p[2];
-  for (int i = 0; i < 2; i++) {
-    k[i] = kernel[kc == 2 ? i : 0];
-    s[i] = sc ? stride[sc == 2 ? i : 0] : k[i];
-    p[i] = padding[pc == 2 ? i : 0];
-    if (k[i] < 1 || s[i] < 1 || p[i] < 0 || k[i] > INT32_MAX || s[i] > INT32_MAX || p[i] > INT32_MAX)
-      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
-                      "kernel_launch: %s: kernel_size %lld, stride %lld must be >= 1 and padding %lld >= 0", op,
-                      (long long)k[i], (long long)s[i], (long long)p[i]);
-  }
-  int n = x->ndim;
-  g->channels = x->shape[n - 3];
-  g->planes = (n == 4 ? x->shape[0] : 1) * g->channels;
-  g->in_h = x->shape[n - 2];
-  g->in_w = x->shape[n - 1];
-  g->k_h = k[0];
-  g->k_w = k[1];
-  g->stride_h = s[0];
-  g->stride_w = s[1];
-  g->pad_h = p[0];
-  g->pad_w = p[1];
-  int64_t span_h = g->in_h + 2 * p[0] - k[0], span_w = g->in_w + 2 * p[1] - k[1];
-  if (span_h < 0 || span_w < 0)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT,
-                    "kernel_launch: %s: the %lldx%lld window does not fit the padded %lldx%lld input", op,
-                    (long long)k[0], (long long)k[1], (long long)(g->in_h + 2 * p[0]), (long long)(g->in_w + 2 * p[1]));
-  g->out_h = span_h / s[0] + 1;
-  g->out_w = span_w / s[1] + 1;
+  oar_ps_pool2d geometry;
+  oar_status status = oar_ps_pool2d_geometry(op, x->ndim, x->shape, kc, kernel, sc, stride, pc, padding, &geometry);
+  if (status != OAR_SUCCESS) return status;
+  g->planes = geometry.planes;
+  g->channels = geometry.channels;
+  g->in_h = geometry.in_h;
+  g->in_w = geometry.in_w;
+  g->k_h = geometry.kernel[0];
+  g->k_w = geometry.kernel[1];
+  g->stride_h = geometry.stride[0];
+  g->stride_w = geometry.stride[1];
+  g->pad_h = geometry.padding[0];
+  g->pad_w = geometry.padding[1];
+  g->out_h = geometry.out_h;
+  g->out_w = geometry.out_w;
   return OAR_SUCCESS;
 }
 

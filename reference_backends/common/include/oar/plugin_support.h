@@ -24,7 +24,7 @@
  *   gets its own copy, so two plugins in one process never share a message.
  *
  * Groups: 1 errors, 2 log and clock, 3 attributes, 4 tensor descriptors,
- * 5 dims and shapes, 6 conv2d and pool geometry.
+ * 5 dims and shapes, 6 conv2d and pool geometry, 7 dtype promotion.
  *
  * C99 and C++ compatible; depends on oar/device_api.h and the C standard
  * headers only.
@@ -233,6 +233,38 @@ typedef struct oar_ps_conv2d {
 oar_status oar_ps_conv2d_geometry(const char* op, const int64_t x_shape[4], const int64_t w_shape[4],
                                   const oar_ps_attr* stride, const oar_ps_attr* padding,
                                   const oar_ps_attr* dilation, const oar_ps_attr* groups, oar_ps_conv2d* g);
+
+/* The geometry of a 2-D pooling window over x [N, C, H, W] (or [C, H, W]). */
+typedef struct oar_ps_pool2d {
+  int64_t planes, channels, in_h, in_w; /* planes: N * C (C for 3-D x) */
+  int64_t kernel[2], stride[2], padding[2]; /* (h, w) */
+  int64_t out_h, out_w;
+} oar_ps_pool2d;
+
+/* oar_ps_pool2d_geometry: from x's ndim and shape and the ints attrs
+ * kernel_size (1 or 2 entries), stride (0 to 2; none: kernel_size) and
+ * padding (1 or 2), each as (count, entries). Refused
+ * (OAR_ERROR_INVALID_ARGUMENT, naming op): x not 3-D or 4-D, an entry count
+ * out of range, a kernel or stride below 1, a negative padding, any of them
+ * above INT32_MAX, a window larger than the padded input. */
+oar_status oar_ps_pool2d_geometry(const char* op, int32_t ndim, const int64_t* shape, int32_t kernel_count,
+                                  const int64_t* kernel, int32_t stride_count, const int64_t* stride,
+                                  int32_t padding_count, const int64_t* padding, oar_ps_pool2d* g);
+
+/* ======================================================================== */
+/* 7. dtype promotion                                                        */
+/* ======================================================================== */
+
+/* oar_ps_promote_rank: dtype's place in the order of ops.yaml's "promote"
+ * rule: bool < uint8 < int8 < int16 < int32 < int64 (uint16, uint32, uint64
+ * beside it) < float16 = bfloat16 < float32 < float64; -1 for a dtype
+ * outside it (lanes != 1, another code or width). */
+int oar_ps_promote_rank(oar_dl_data_type dtype);
+
+/* oar_ps_promote: the dtype a and b promote to: the higher rank (a on a
+ * tie), float32 for float16 with bfloat16. False (out untouched) if either
+ * has no rank. */
+bool oar_ps_promote(oar_dl_data_type a, oar_dl_data_type b, oar_dl_data_type* out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -28,12 +28,16 @@ from oar.vendor import abi_doc
 __all__ = ["NAME_PATTERN", "scaffold_plugin", "generate", "expected_results", "ProjectError"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+# Templates of the asynchronous shape (oar new-backend --async), by the path they replace.
+ASYNC_TEMPLATES = "_async"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 # The kernels the scaffold implements, as examples: op -> {test dtype: kernel_query signature}.
 EXAMPLE_KERNELS = {
     "add": {"float32": "float32 float32 float32"},
     "full": {"float32": "float32"},
 }
+# The example kernels with a launch-time check of their own (templates/_partials/OP.c.j2 defines OP_check).
+EXAMPLE_CHECKS = {"add"}
 _ATTR_TYPES = {"int": "OAR_ATTR_INT", "float": "OAR_ATTR_FLOAT", "bool": "OAR_ATTR_BOOL", "ints": "OAR_ATTR_INTS",
                "floats": "OAR_ATTR_FLOATS", "string": "OAR_ATTR_STRING", "dtype": "OAR_ATTR_DTYPE"}
 _C_KEYWORDS = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
@@ -72,6 +76,7 @@ def _op_models(opset: oar_opset.OpSet) -> tuple[list[dict], list[str]]:
             "out_dtype_note": _OUT_DTYPE_NOTES.get(op.out_dtype, ""),
             "broadcast": op.broadcast,
             "example": example is not None,
+            "has_check": op.name in EXAMPLE_CHECKS,
             "signatures": sorted(example.values()) if example else [],
             "example_signature": _example_signature(op),
         })
@@ -160,9 +165,11 @@ def _check_name(kind: str, value: str) -> None:
 
 
 def generate(name: str, device_type: str, directory: str | Path | None = None, *,
-             ci: Iterable[str] = ("github",), force: bool = False) -> list[Path]:
+             ci: Iterable[str] = ("github",), force: bool = False, async_streams: bool = False) -> list[Path]:
     """Write the project ``name`` for ``device_type`` into ``directory`` (default: ./name);
-    returns the files written. ``ci``: the CI systems to render (github, gitlab, jenkins)."""
+    returns the files written. ``ci``: the CI systems to render (github, gitlab, jenkins).
+    ``async_streams``: the asynchronous shape (a worker thread per stream, launch packets; the
+    templates under ``templates/_async/`` replace their namesakes)."""
     from oar import __version__ as oar_version
     from oar.vendor import ci as oar_ci
     from oar_conformance import EXPECTED_SCHEMA_VERSION
@@ -195,6 +202,7 @@ def generate(name: str, device_type: str, directory: str | Path | None = None, *
         "ops_schema_version": opset.schema_version,
         "expected": expected, "expected_schema_version": EXPECTED_SCHEMA_VERSION,
         "ci": ci, "doc": lambda entry_name: _doc_comment(by_name[entry_name]),
+        "async_streams": async_streams,
     }
     environment = _environment(TEMPLATES)
 
@@ -205,7 +213,7 @@ def generate(name: str, device_type: str, directory: str | Path | None = None, *
                        if not path.relative_to(TEMPLATES).parts[0].startswith("_"))
     for template in templates:
         if template not in (stub_template, readme_template):
-            rendered[template] = environment.get_template(template).render(context)
+            rendered[template] = environment.get_template(_variant(template, async_streams)).render(context)
     # Entries the hand-written sources define; every other one gets a NOT_SUPPORTED stub.
     defined = set()
     for template, text in rendered.items():
@@ -229,6 +237,13 @@ def generate(name: str, device_type: str, directory: str | Path | None = None, *
                              fault_op=fault_op, project=name, c_tests=True)
         written.append(_write(root / oar_ci.PATHS[system], text))
     return written
+
+
+def _variant(template: str, async_streams: bool) -> str:
+    """The template that renders ``template``: its ``_async/`` namesake for the asynchronous shape."""
+    if async_streams and (TEMPLATES / ASYNC_TEMPLATES / template).is_file():
+        return f"{ASYNC_TEMPLATES}/{template}"
+    return template
 
 
 def header_define(header: str, part: str) -> str:

@@ -17,18 +17,23 @@ __all__ = ["new_backend", "ci"]
 @click.option("--ci", "ci_systems", multiple=True, type=click.Choice(["github", "gitlab", "jenkins", "none"]),
               default=("github",), show_default=True, help="CI configuration to include (repeatable).")
 @click.option("--force", is_flag=True, help="Write into a directory that is not empty.")
-def new_backend(name: str, device_type: str, directory: Path | None, ci_systems: tuple[str, ...], force: bool) -> None:
+@click.option("--async", "async_streams", is_flag=True,
+              help="The asynchronous shape: a worker thread per stream running heap launch packets; the "
+                   "launch-time checks stay synchronous.")
+def new_backend(name: str, device_type: str, directory: Path | None, ci_systems: tuple[str, ...], force: bool,
+                async_streams: bool) -> None:
     """Generate NAME, a device plugin project that builds, loads and runs the conformance suite clean.
 
     A C plugin over host memory (every REQUIRED entry of device_api.h working, marked TODO), kernel
     stubs for every op of ops.yaml, CMake and pip builds registering it under oar.plugins, the
-    expected conformance results, a README and CI configuration.
+    expected conformance results, a README and CI configuration. Streams run their work at once,
+    or with --async on a worker thread each.
     """
     from oar.vendor.scaffold import ProjectError, generate
 
     systems = [system for system in ci_systems if system != "none"]
     try:
-        written = generate(name, device_type, directory, ci=systems, force=force)
+        written = generate(name, device_type, directory, ci=systems, force=force, async_streams=async_streams)
     except ProjectError as error:
         raise click.ClickException(str(error)) from error
     root = directory if directory is not None else Path(name)
