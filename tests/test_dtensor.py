@@ -284,3 +284,21 @@ def test_dp_x_tp_on_a_2d_mesh_four_ranks():
         assert r["result"]["ok"]
         # ZeRO-1: each rank of a dp pair holds AdamW state for one of its two weight shards (2 moments)
         assert r["result"]["state_numel"] < 2 * r["result"]["params"]
+
+
+def test_llama_tensor_parallel_demo_follows_one_process_and_reloads():
+    """examples/train_llama_tp_demo.py at a tiny size: TP=2 follows the 1-process loss curve, the
+    TP=2 checkpoint reloads in one process, and the TP lines added stay within 20."""
+    import subprocess
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[1] / "examples" / "train_llama_tp_demo.py"
+    env = dict(os.environ, OAR_REFCPU_DEVICE_TYPE="npu")
+    done = subprocess.run([sys.executable, str(demo), "--device", "npu", "--steps", "4", "--quick",
+                           "--timeout", "200"], capture_output=True, text=True, env=env, timeout=450)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "OK: tensor-parallel training follows" in done.stdout
+    lines = int(done.stdout.split("lines added to the single-device loop for tensor parallelism: ")[1].split()[0])
+    assert 0 < lines <= 20
+    difference = float(done.stdout.split("max |loss difference| over 4 steps: ")[1].split(";")[0])
+    assert difference <= 1e-5, done.stdout
