@@ -157,7 +157,6 @@ close("grad of sharded rows", xs.grad.to_local().numpy(), part(tx2.grad.numpy(),
 
 # the split styles on nn layers, against the unsplit layer
 from oar import nn
-oar.random.manual_seed(1) if hasattr(oar, "random") and hasattr(oar.random, "manual_seed") else None
 ref = nn.Sequential(nn.Linear(6, 8), nn.Linear(8, 6))
 par = nn.Sequential(nn.Linear(6, 8), nn.Linear(8, 6))
 par.load_state_dict(ref.state_dict())
@@ -171,8 +170,7 @@ close("Rowwise weight grad", par[1].weight.grad.numpy(), part(ref[1].weight.grad
 close("Rowwise bias grad", par[1].bias.grad.numpy(), ref[1].bias.grad.numpy())
 emb_ref, emb_par = nn.Embedding(10, 4), nn.Embedding(10, 4)
 emb_par.load_state_dict(emb_ref.state_dict())
-dist.parallelize_module(emb_par, mesh, {"": dist.VocabParallelEmbedding()}) if False else \
-    dist.VocabParallelEmbedding().apply(emb_par, mesh)
+dist.VocabParallelEmbedding().apply(emb_par, mesh)
 close("VocabParallelEmbedding", emb_par(oar.tensor(ids)).numpy(), emb_ref(oar.tensor(ids)).numpy())
 state = dist.distributed_state_dict(par)
 assert isinstance(state["0.weight"], dist.DTensor) and state["0.weight"].shape == (8, 6)

@@ -39,7 +39,6 @@ from oar.checkpoint import CheckpointError
 from oar.distributed import process_group as _pg
 from oar.distributed.dtensor import DTensor, reshard
 from oar.distributed.placement import Partial, Replicate, Shard
-from oar.distributed.placement import parse as parse_placement
 
 __all__ = ["save", "load", "SaveHandle", "CheckpointError", "INDEX"]
 
@@ -91,7 +90,7 @@ def _host(t: Any) -> np.ndarray:
             (np.ascontiguousarray(array, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
     else:
         array = local.numpy()
-    return np.array(array, copy=True, order="C")
+    return np.ascontiguousarray(array)  # numpy() already made a new host array: no second copy
 
 
 def _rank_world() -> tuple[int, int]:
@@ -366,9 +365,9 @@ def load(state_dict: dict, directory: str | os.PathLike) -> dict:
     items = _flatten(state_dict, "", {})
     for name, target in items.items():
         if name not in tensors:
-            near = sorted(tensors)[:8]
+            held = ", ".join(sorted(tensors)[:8]) + (", ..." if len(tensors) > 8 else "")
             raise CheckpointError(directory, f"the state dict's {name!r} is not in the checkpoint (it holds "
-                                             f"{len(tensors)} tensors: {', '.join(near)}{', ...' if len(tensors) > 8 else ''})")
+                                             f"{len(tensors)} tensors: {held})")
         entry = tensors[name]
         shape, offsets, lengths = _region(target)
         if list(entry["shape"]) != shape:

@@ -58,14 +58,3 @@ class Partial(Placement):
     def __repr__(self) -> str:
         return f"Partial({self.op!r})"
 
-
-def parse(text: str) -> Placement:
-    """The placement a repr names (``"Shard(1)"``, ``"Replicate()"``, ``"Partial('sum')"``), for checkpoint indexes."""
-    text = text.strip()
-    if text == "Replicate()":
-        return Replicate()
-    if text.startswith("Shard(") and text.endswith(")"):
-        return Shard(int(text[6:-1]))
-    if text.startswith("Partial(") and text.endswith(")"):
-        return Partial(text[8:-1].strip("'\""))
-    raise ValueError(f"{text!r} is not a placement (Shard(d), Replicate() or Partial(op))")
