@@ -172,6 +172,15 @@ emb_ref, emb_par = nn.Embedding(10, 4), nn.Embedding(10, 4)
 emb_par.load_state_dict(emb_ref.state_dict())
 dist.VocabParallelEmbedding().apply(emb_par, mesh)
 close("VocabParallelEmbedding", emb_par(oar.tensor(ids)).numpy(), emb_ref(oar.tensor(ids)).numpy())
+lin_ref, lin = nn.Linear(6, 4), nn.Linear(6, 4)
+lin.load_state_dict(lin_ref.state_dict())
+def split_rows(name, sub, mesh):
+    if isinstance(sub, nn.Linear):
+        dist.shard_parameter(sub, "weight", mesh, [Shard(0)])
+        dist.shard_parameter(sub, "bias", mesh, [Shard(0)])
+dist.shard_layer(lin, mesh, split_rows, output_fn=lambda out, mesh: from_local(out, mesh, [Shard(-1)]).full_tensor())
+assert list(lin.weight.shape) == [4 // n, 6]
+close("shard_layer with shard_fn and output_fn", lin(xin).numpy(), lin_ref(xin).numpy())
 state = dist.distributed_state_dict(par)
 assert isinstance(state["0.weight"], dist.DTensor) and state["0.weight"].shape == (8, 6)
 

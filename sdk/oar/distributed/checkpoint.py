@@ -195,25 +195,31 @@ def save(state_dict: dict, directory: str | os.PathLike, async_save: bool = Fals
         mine[name] = {"shape": shape, "dtype": t.dtype.name, "offsets": offsets, "lengths": lengths,
                       "placements": [repr(p) for p in t.placements] if isinstance(t, DTensor) else ["Replicate()"],
                       "mesh": t.mesh.ranks.tolist() if isinstance(t, DTensor) else None}
-    generation = None
-    if rank == 0:
-        previous = _read_index(directory) if os.path.isdir(directory) else None
-        generation = (int(previous.get("generation", 0)) + 1) if previous else 1
-    agree.post(f"plan{rank}", json.dumps({"generation": generation, "chunks": mine}))
-    plans = [json.loads(p) for p in agree.get_all("plan", list(range(world)), "plan the save")]
-    generation = plans[0]["generation"]
-    _check_plans(plans, directory)
-    # each distinct chunk is written by the lowest rank holding it
-    writer: dict[tuple, int] = {}
-    for r, plan in enumerate(plans):
-        for name, c in plan["chunks"].items():
-            writer.setdefault((name, tuple(c["offsets"])), r)
-    to_write = {name: _host(items[name]) for name, c in mine.items() if writer[(name, tuple(c["offsets"]))] == rank}
-    file = f"shard-g{generation}-r{rank}.safetensors"
+    # async: every local chunk is copied to the host now (no communication), the rest runs in the
+    # background; sync: the chunks this rank writes are copied after planning
+    snapshot = {name: _host(t) for name, t in items.items()} if async_save else None
     box: dict = {}
+
+    def plan() -> tuple[int, list[dict], dict]:
+        generation = None
+        if rank == 0:
+            previous = _read_index(directory) if os.path.isdir(directory) else None
+            generation = (int(previous.get("generation", 0)) + 1) if previous else 1
+        agree.post(f"plan{rank}", json.dumps({"generation": generation, "chunks": mine}))
+        plans = [json.loads(p) for p in agree.get_all("plan", list(range(world)), "plan the save")]
+        _check_plans(plans, directory)
+        writer: dict[tuple, int] = {}  # each distinct chunk is written by the lowest rank holding it
+        for r, rank_plan in enumerate(plans):
+            for name, c in rank_plan["chunks"].items():
+                writer.setdefault((name, tuple(c["offsets"])), r)
+        return plans[0]["generation"], plans, writer
 
     def finish() -> None:
         try:
+            generation, plans, writer = plan()
+            names = [name for name, c in mine.items() if writer[(name, tuple(c["offsets"]))] == rank]
+            to_write = {name: snapshot[name] if snapshot is not None else _host(items[name]) for name in names}
+            file = f"shard-g{generation}-r{rank}.safetensors"
             try:
                 _write_file(os.path.join(directory, file), to_write, {n: mine[n]["dtype"] for n in to_write})
                 agree.post(f"written{rank}", "ok")
