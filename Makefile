@@ -40,6 +40,7 @@ demo: install
 	$(DEMO_ENV) $(PY) examples/infer_llama.py --device $(DEVICE) --checkpoint build/demo/llama.safetensors
 	$(DEMO_ENV) $(PY) examples/compile_llama.py --device $(DEVICE)
 	$(DEMO_ENV) $(PY) examples/train_ddp_compare.py --device $(DEVICE)
+	$(DEMO_ENV) $(PY) examples/train_llama_tp_demo.py --device $(DEVICE) --steps 10 --quick
 
 # The CPU plugin's C self-test, plain and under AddressSanitizer + UBSan.
 selftest: $(VENV)/.deps

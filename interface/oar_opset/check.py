@@ -12,9 +12,10 @@ import difflib
 import re
 from typing import Any
 
-from oar_opset.model import ATTR_TYPES, DTYPES, FUSION_CLASSES, KINDS, OUT_DTYPE_RULES, ROLES
+from oar_opset.model import ATTR_TYPES, DTYPES, FUSION_CLASSES, KINDS, OUT_DTYPE_RULES, ROLES, SHARDING_RULES
 
-TOP_FIELDS = ("schema_version", "dtype_sets", "ops")
+TOP_FIELDS = ("schema_version", "dtype_sets", "sharding", "ops")
+SHARDING_FIELDS = ("rules", "by_fusion", "by_kind", "ops")
 OP_FIELDS = ("kind", "inputs", "outputs", "attrs", "dtypes", "out_dtype", "broadcast", "semantics", "backward",
              "roles", "method", "nonempty_reduction", "fusion")
 REQUIRED_OP_FIELDS = ("kind", "inputs", "outputs", "dtypes", "out_dtype")
@@ -246,4 +247,40 @@ def check(document: Any, source: str) -> list[str]:
         return problems.messages
     for name, op in ops.items():
         _check_op(problems, name, op, sets, line_of(ops, name))
+    if "sharding" in document:
+        _check_sharding(problems, document["sharding"], line_of(document, "sharding"), ops)
     return problems.messages
+
+
+def _check_sharding(problems: _Problems, section: Any, line, ops: dict) -> None:
+    """The sharding section: every rule one the runtime implements, every key a known fusion class,
+    kind or op, every mapped rule one of the section's rules."""
+    where = "sharding"
+    if not isinstance(section, dict):
+        problems.add(line, where, "must be a mapping with rules, by_fusion, by_kind, ops")
+        return
+    problems.unknown_fields(section, SHARDING_FIELDS, where)
+    rules = section.get("rules") or {}
+    if not isinstance(rules, dict):
+        problems.add(line_of(section, "rules"), where, "rules must be a mapping rule: one-line description")
+        rules = {}
+    for rule, doc in rules.items():
+        if rule not in SHARDING_RULES:
+            problems.add(line_of(rules, rule), where, f"unknown rule {rule!r}{_suggest(rule, SHARDING_RULES)} "
+                                                      f"(oar.distributed implements {', '.join(SHARDING_RULES)})")
+        if not isinstance(doc, str):
+            problems.add(line_of(rules, rule), where, f"rule {rule!r}: its description must be text")
+    known = {"by_fusion": FUSION_CLASSES, "by_kind": KINDS, "ops": list(ops)}
+    for key, keys in known.items():
+        table = section.get(key) or {}
+        if not isinstance(table, dict):
+            problems.add(line_of(section, key), where, f"{key} must be a mapping name: rule")
+            continue
+        for name, rule in table.items():
+            entry_line = line_of(table, name) or line_of(section, key)
+            if name not in keys:
+                what = {"by_fusion": "fusion class", "by_kind": "kind", "ops": "op"}[key]
+                problems.add(entry_line, where, f"{key}: unknown {what} {name!r}{_suggest(name, list(keys))}")
+            if rule not in rules:
+                problems.add(entry_line, where, f"{key}: {name!r} maps to {rule!r}, which is not one of the "
+                                                f"section's rules{_suggest(rule, list(rules))}")

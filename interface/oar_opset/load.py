@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from oar_opset.check import check
-from oar_opset.model import Attr, Input, Op, OpSet, Output
+from oar_opset.model import Attr, Input, Op, OpSet, Output, Sharding
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGED_JSON = os.path.join(HERE, "ops.json")
@@ -130,8 +130,15 @@ def build(document: Any, source: str, header: str = "") -> OpSet:
             fusion=spec.get("fusion"),
             line=getattr(ops_doc, "key_lines", {}).get(name),
         ))
+    section = document.get("sharding") or {}
+
+    def mapping(key: str) -> MappingProxyType:
+        return MappingProxyType({str(k): str(v) for k, v in (section.get(key) or {}).items()})
+
+    sharding = Sharding(rules=mapping("rules"), by_fusion=mapping("by_fusion"), by_kind=mapping("by_kind"),
+                        ops=mapping("ops"))
     return OpSet(schema_version=document["schema_version"], dtype_sets=MappingProxyType(sets), ops=tuple(ops),
-                 source=source, header=header)
+                 source=source, header=header, sharding=sharding)
 
 
 def load(path: str) -> OpSet:

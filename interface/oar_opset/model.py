@@ -21,6 +21,9 @@ OUT_DTYPE_RULES = ("same", "promote", "float", "accumulate", "attr")
 ROLES = ("data", "index", "condition")
 # How the compiler (oar_codegen.lower) fuses an op; an op without one runs as the plugin's kernel.
 FUSION_CLASSES = ("elementwise", "reduction", "last_dim", "row_norm", "row_loss")
+# How an op on distributed tensors derives its output placements (oar.distributed implements each rule).
+SHARDING_RULES = ("elementwise", "matmul", "reduction", "normalize_trailing", "embedding", "cross_entropy",
+                  "reshape", "transpose", "permute")
 
 
 @dataclass(frozen=True)
@@ -94,12 +97,32 @@ class Op:
 
 
 @dataclass(frozen=True)
+class Sharding:
+    """The ``sharding:`` section: which propagation rule each op follows on distributed tensors.
+
+    An op's rule is ``ops[name]`` if listed, else ``by_fusion[op.fusion]``, else ``by_kind[op.kind]``,
+    else None (no rule: its distributed inputs are replicated first)."""
+    rules: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)  # rule -> doc
+    by_fusion: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    by_kind: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    ops: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+
+    def rule_of(self, op: "Op") -> str | None:
+        if op.name in self.ops:
+            return self.ops[op.name]
+        if op.fusion is not None and op.fusion in self.by_fusion:
+            return self.by_fusion[op.fusion]
+        return self.by_kind.get(op.kind)
+
+
+@dataclass(frozen=True)
 class OpSet:
     schema_version: int
     dtype_sets: Mapping[str, tuple[str, ...]] = field(hash=False)
     ops: tuple[Op, ...]
     source: str = ""                             # the file it was loaded from
     header: str = ""                             # ops.yaml's leading comment (its own key to the fields)
+    sharding: Sharding = field(default_factory=Sharding, hash=False)  # the sharding section (empty if absent)
     _by_name: Mapping[str, Op] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -126,6 +149,10 @@ class OpSet:
 
     def of_kind(self, *kinds: str) -> list[Op]:
         return [op for op in self.ops if op.kind in kinds]
+
+    def sharding_rule(self, name: str) -> str | None:
+        """The propagation rule of op ``name`` on distributed tensors (None: no rule)."""
+        return self.sharding.rule_of(self[name])
 
     def fused_as(self, *classes: str) -> frozenset[str]:
         """Names of the ops the compiler fuses as one of these classes."""

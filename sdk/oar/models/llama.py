@@ -107,7 +107,8 @@ class Attention(nn.Module):
         q, k = rotary(q, k)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout,
                                              training=self.training)
-        return self.wo(out.transpose(1, 2).reshape(b, t, d))
+        # heads x head_dim, not d: under tensor parallelism a rank holds n_heads / tp heads
+        return self.wo(out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
     def forward_cached(self, x, cos, sin, cache, layer: int, start: int):
         """Attention of x [B, T, D] at rotary angles cos/sin [B, 1, T, hd] through ``cache``."""
