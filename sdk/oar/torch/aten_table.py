@@ -98,7 +98,9 @@ def _convolution(x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dila
 
 
 def _cat(tensors: Any, dim: int = 0) -> tuple[tuple, dict]:
-    return (list(tensors),), {"dim": dim}
+    # torch.cat skips 1-d empty tensors (its legacy "no value yet" placeholder); oar.concat does not
+    kept = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors)[:1]
+    return (kept,), {"dim": dim}
 
 
 def _where(condition: Any, self: Any, other: Any) -> tuple[tuple, dict]:

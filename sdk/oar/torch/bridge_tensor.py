@@ -114,9 +114,10 @@ def unwrap(value: torch.Tensor) -> Any:
 def to_cpu_torch(t: Any) -> torch.Tensor:
     """A CPU torch tensor with the values of an oar tensor (waits for the device)."""
     array = _oar_fallback.read(t)
+    array = np.require(array, requirements="C")  # ascontiguousarray would make a 0-d array 1-d
     if t.dtype.name == "bfloat16":
-        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(array))
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def write_from_cpu(t: Any, source: torch.Tensor) -> None:

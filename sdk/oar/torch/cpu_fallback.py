@@ -82,14 +82,28 @@ def _store(target: torch.Tensor, value: torch.Tensor) -> None:
     _bt.write_from_cpu(_bt.unwrap(target), value)
 
 
+def _resizable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_resizable(v) for v in value)
+    return value
+
+
 def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> Any:
     """Run op on the CPU for device arguments, with its mutations and results back on the device."""
     name = f"{op._schema.name.removeprefix('aten::')}.{op._overloadname}"
     _count(name, _bt.device_type())
     cpu_args = tree_map(_to_cpu, args)
     cpu_kwargs = tree_map(_to_cpu, kwargs)
-    result = op(*cpu_args, **cpu_kwargs)
     schema = op._schema
+    for position, argument in enumerate(schema.arguments):  # out= tensors may be resized: own storage
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            if position < len(cpu_args) and not argument.kwarg_only:
+                cpu_args = (*cpu_args[:position], _resizable(cpu_args[position]), *cpu_args[position + 1:])
+            elif argument.name in cpu_kwargs:
+                cpu_kwargs[argument.name] = _resizable(cpu_kwargs[argument.name])
+    result = op(*cpu_args, **cpu_kwargs)
     written: dict[Any, Any] = {}  # alias set -> the device argument it names
     for position, argument in enumerate(schema.arguments):
         if argument.alias_info is None or not argument.alias_info.is_write:
