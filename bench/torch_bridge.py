@@ -1,5 +1,5 @@
 """Per-op overhead of the PyTorch bridge: ``a + b`` of 16 float32 on the Oar device vs torch's CPU,
-and a small MLP training step, printed as medians with the ratio to the CPU peer of the same run.
+a small MLP training step and (--gpt2) a GPT-2 training step eager and compiled, printed as medians with the ratio to the CPU peer of the same run.
 
     OAR_REFCPU_DEVICE_TYPE=npu .venv/bin/python bench/torch_bridge.py --device npu
 """
@@ -46,10 +46,33 @@ def _mlp_step(device: str):
     return step
 
 
+def _gpt2_step(device: str, compiled: bool):
+    """GPT-2, 2 layers, width 128, sequence 64, batch 8: one AdamW training step."""
+    import transformers
+
+    config = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=64, vocab_size=1024,
+                                     attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 1024, (8, 64)).to(device)
+    forward = torch.compile(model, backend="oar") if compiled else model
+
+    def step():
+        loss = forward(ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        loss.item()
+
+    return step
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None, help="the Oar device type (default: OAR_TORCH_DEVICE or the only plugin)")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--gpt2", action="store_true", help="also the GPT-2 training step (eager and compiled)")
     args = parser.parse_args()
     device = oar.torch.register(args.device)
     torch.set_num_threads(1)
@@ -62,6 +85,13 @@ def main() -> None:
     dev = _median_seconds(_mlp_step(device), args.repeats, 5)
     print(f"MLP 64-128-10 train step, batch 32   {device}: {dev * 1e3:8.2f} ms   torch cpu: {cpu * 1e3:8.2f} ms   "
           f"ratio {dev / cpu:6.1f}x")
+    if args.gpt2:
+        cpu = _median_seconds(_gpt2_step("cpu", False), args.repeats, 1)
+        for compiled in (False, True):
+            dev = _median_seconds(_gpt2_step(device, compiled), args.repeats, 1)
+            label = "compiled (backend='oar')" if compiled else "eager"
+            print(f"GPT-2 2x128 seq 64 batch 8 train step, {label}   {device}: {dev * 1e3:9.1f} ms   "
+                  f"torch cpu eager: {cpu * 1e3:8.1f} ms   ratio {dev / cpu:6.1f}x")
     print(f"fallback ops on {device}: {oar.torch.fallback_stats()}")
 
 

@@ -38,7 +38,7 @@ def _scaled(self: Any, other: Any, alpha: Any = 1) -> tuple[tuple, dict]:
     if alpha != 1:
         import oar
 
-        other = oar.mul(other, alpha)
+        other = oar.mul(other, alpha) if oar.is_tensor(other) else other * alpha
     return (self, other), {}
 
 

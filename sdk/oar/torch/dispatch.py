@@ -4,6 +4,7 @@ on the CPU fallback. Registered once by oar.torch.registration.install_kernels()
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import torch
@@ -51,7 +52,7 @@ def _mapped_kernel(mapping: Mapping, op: Any):
         try:
             with oar.no_grad():
                 result = function(*inputs, **attrs)
-        except oar.OpNotSupportedError as error:
+        except (oar.OpNotSupportedError, oar.DTypeError) as error:  # the Oar op lacks these dtypes: CPU
             if "OAR_FALLBACK" in str(error) or os.environ.get("OAR_FALLBACK") == "0":
                 raise NotImplementedError(f"ATen op '{name}' (Oar op '{mapping.oar_op}') on device "
                                           f"'{_bt.device_type()}': {error}") from error
@@ -176,25 +177,45 @@ def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     return _cpu.run_on_cpu(op, args, kwargs)
 
 
+_main_thread = threading.get_ident()
+_bridge_stream: list[Any] = []  # the registering thread's current Oar stream
+
+
+def _on_bridge_stream(kernel):
+    """torch's autograd runs backward on its own thread per device; there the kernel enqueues on the
+    stream of the thread that registered, so forward and backward work stay in one stream order."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == _main_thread or not _bridge_stream:
+            return kernel(*args, **kwargs)
+        with _bridge_stream[0]:
+            return kernel(*args, **kwargs)
+
+    return run
+
+
 def _registration_name(name: str) -> str:
     base, overload = name.split(".")
     return base if overload == "default" else name  # torch.library spells the default overload bare
 
 
 def install_kernels() -> None:
+    global _main_thread
     if _libraries:
         return
+    _main_thread = threading.get_ident()
+    _bridge_stream[:] = [oar.current_stream(_bt.oar_device(0))]
     impl = torch.library.Library("aten", "IMPL")
     for name, kernel in _NATIVE.items():
-        impl.impl(_registration_name(name), kernel, "PrivateUse1")
+        impl.impl(_registration_name(name), _on_bridge_stream(kernel), "PrivateUse1")
     table = mapped_ops()
     for name, mapping in table.items():
         base, overload = name.split(".")
         functional = getattr(getattr(torch.ops.aten, base), overload)
-        impl.impl(_registration_name(name), _mapped_kernel(mapping, functional), "PrivateUse1")
+        impl.impl(_registration_name(name), _on_bridge_stream(_mapped_kernel(mapping, functional)), "PrivateUse1")
         inplace = getattr(getattr(torch.ops.aten, base + "_", None), overload, None)
         if inplace is not None and base + "_." + overload not in _NATIVE:
-            impl.impl(_registration_name(f"{base}_.{overload}"), _inplace_kernel(mapping, inplace, functional), "PrivateUse1")
+            impl.impl(_registration_name(f"{base}_.{overload}"), _on_bridge_stream(_inplace_kernel(mapping, inplace, functional)), "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(_fallback, "PrivateUse1")
+    fallback.fallback(_on_bridge_stream(_fallback), "PrivateUse1")
     _libraries.extend([impl, fallback])
