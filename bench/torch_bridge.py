@@ -92,6 +92,7 @@ def main() -> None:
             label = "compiled (backend='oar')" if compiled else "eager"
             print(f"GPT-2 2x128 seq 64 batch 8 train step, {label}   {device}: {dev * 1e3:9.1f} ms   "
                   f"torch cpu eager: {cpu * 1e3:8.1f} ms   ratio {dev / cpu:6.1f}x")
+        print(oar.torch.explain())
     print(f"fallback ops on {device}: {oar.torch.fallback_stats()}")
 
 
