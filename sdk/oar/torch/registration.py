@@ -84,6 +84,9 @@ def register(device_type: str | None = None) -> str:
         sys.modules[f"torch.{name}"] = module
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+        # Module.to(device) cannot shallow-copy a CPU tensor into a Python-backend one: swapping keeps
+        # each Parameter object, so tied weights stay tied (the CUDA path keeps them through set_data)
+        torch.__future__.set_swap_module_params_on_conversion(True)
         _bt._device_type.append(name)
         install_kernels()
     return name
