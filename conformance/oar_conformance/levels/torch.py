@@ -57,7 +57,9 @@ def _generated_sample(torch: Any, op: Any) -> tuple:
         if argument.kwarg_only:
             continue
         kind = str(argument.type)
-        if kind == "Tensor":
+        if kind == "Tensor" and op._schema.name.startswith("aten::logical_"):
+            args.append(torch.rand(3, 4) > 0.5)  # the Oar logical ops are defined on bool
+        elif kind == "Tensor":
             args.append(torch.rand(3, 4) + 0.5)  # positive: log, sqrt, pow and div stay real
         elif kind in ("Scalar", "number"):
             args.append(0.75)
