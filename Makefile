@@ -41,6 +41,7 @@ demo: install
 	$(DEMO_ENV) $(PY) examples/compile_llama.py --device $(DEVICE)
 	$(DEMO_ENV) $(PY) examples/train_ddp_compare.py --device $(DEVICE)
 	$(DEMO_ENV) $(PY) examples/train_llama_tp_demo.py --device $(DEVICE) --steps 10 --quick
+	$(DEMO_ENV) $(PY) examples/torch_npu.py --device $(DEVICE)
 
 # The CPU plugin's C self-test, plain and under AddressSanitizer + UBSan.
 selftest: $(VENV)/.deps

@@ -1,0 +1,193 @@
+"""Level ``torch``: PyTorch on the device through oar.torch (the plugin's device type registered as
+torch's PrivateUse1 device).
+
+``torch.aten.<op>``: every ATen overload the bridge maps to an Oar op, on sample float32 inputs,
+against torch's CPU (rtol 1e-5, atol 1e-5). It passes when the result matches and ran as the Oar
+op, reports ``fallback`` when it matched through the CPU fallback, fails otherwise.
+
+``torch.model.<name>``: a small model (an MLP; Hugging Face Llama from a small config, random init)
+takes a training step on the device and on torch's CPU with the same weights: loss within rel 1e-5
+and every gradient within 1e-4 of its largest element. The ATen ops that fell back are listed in
+the result.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+from oar_conformance.levels.runtime_session import RuntimeContext, open_session  # noqa: F401
+from oar_conformance.registry import Failure, Fallback, Skip, conformance_test
+
+DESCRIPTION = "PyTorch through oar.torch: mapped ATen ops against torch's CPU, small models' training steps"
+SESSION_KIND = "runtime"
+
+_SAMPLES: dict[str, Callable[[Any], tuple]] = {
+    # ATen overload: sample (args) from a torch module; the elementwise rest get generated samples
+    "mm.default": lambda t: (t.randn(3, 4), t.randn(4, 5)),
+    "bmm.default": lambda t: (t.randn(2, 3, 4), t.randn(2, 4, 5)),
+    "sum.dim_IntList": lambda t: (t.randn(3, 4), [1], True),
+    "sum.default": lambda t: (t.randn(3, 4),),
+    "mean.dim": lambda t: (t.randn(3, 4), [0]),
+    "mean.default": lambda t: (t.randn(3, 4),),
+    "amax.default": lambda t: (t.randn(3, 4), [1]),
+    "amin.default": lambda t: (t.randn(3, 4), [1]),
+    "argmax.default": lambda t: (t.randn(3, 4), 1),
+    "var.correction": lambda t: (t.randn(3, 4), [1]),
+    "_softmax.default": lambda t: (t.randn(3, 4), 1, False),
+    "_log_softmax.default": lambda t: (t.randn(3, 4), 1, False),
+    "clamp.default": lambda t: (t.randn(3, 4), -0.5, 0.5),
+    "gelu.default": lambda t: (t.randn(3, 4),),
+    "gelu_backward.default": lambda t: (t.randn(3, 4), t.randn(3, 4)),
+    "embedding.default": lambda t: (t.randn(6, 4), t.tensor([[0, 5], [2, 2]])),
+    "convolution.default": lambda t: (t.randn(1, 2, 5, 5), t.randn(3, 2, 3, 3), t.randn(3), [1, 1], [1, 1],
+                                      [1, 1], False, [0, 0], 1),
+    "cat.default": lambda t: ([t.randn(2, 3), t.randn(1, 3)], 0),
+    "where.self": lambda t: (t.randn(3, 4) > 0, t.randn(3, 4), t.randn(3, 4)),
+    "tril.default": lambda t: (t.randn(4, 4),),
+    "triu.default": lambda t: (t.randn(4, 4), 1),
+    "gather.default": lambda t: (t.randn(3, 4), 1, t.tensor([[0, 1], [2, 3], [1, 1]])),
+    "index_select.default": lambda t: (t.randn(3, 4), 0, t.tensor([2, 0])),
+}
+
+
+def _generated_sample(torch: Any, op: Any) -> tuple:
+    args = []
+    for argument in op._schema.arguments:
+        if argument.kwarg_only:
+            continue
+        kind = str(argument.type)
+        if kind == "Tensor" and op._schema.name.startswith("aten::logical_"):
+            args.append(torch.rand(3, 4) > 0.5)  # the Oar logical ops are defined on bool
+        elif kind == "Tensor":
+            args.append(torch.rand(3, 4) + 0.5)  # positive: log, sqrt, pow and div stay real
+        elif kind in ("Scalar", "number"):
+            args.append(0.75)
+        else:
+            raise Skip(f"no sample for argument {argument.name}: {kind}")
+    return tuple(args)
+
+
+def _to(torch: Any, value: Any, device: str) -> Any:
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, value)
+
+
+def _register_bridge(ctx: RuntimeContext) -> str:
+    import oar.torch
+
+    return oar.torch.register(ctx.device.split(":")[0])
+
+
+def run_aten(ctx: RuntimeContext, name: str) -> None:
+    import torch
+
+    import oar.torch
+    from oar.torch.aten_table import mapped_ops
+
+    device = _register_bridge(ctx)
+    base, overload = name.split(".")
+    op = getattr(getattr(torch.ops.aten, base), overload)
+    torch.manual_seed(0)
+    sample = _SAMPLES[name](torch) if name in _SAMPLES else _generated_sample(torch, op)
+    expected = op(*sample)
+    before = sum(oar.torch.fallback_stats().values())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = op(*_to(torch, sample, device))
+    except Exception as error:  # noqa: BLE001 -- any error is this op failing on the device
+        raise Failure(f"{name} (Oar op {mapped_ops()[name].oar_op}) raised {type(error).__name__}: {error}") from error
+    fell_back = sum(oar.torch.fallback_stats().values()) > before
+    pairs = zip(got, expected) if isinstance(expected, (tuple, list)) else [(got, expected)]
+    for value, reference in pairs:
+        value = value.cpu() if isinstance(value, torch.Tensor) else value
+        try:
+            torch.testing.assert_close(value, reference, rtol=1e-5, atol=1e-5, check_dtype=True)
+        except AssertionError as error:
+            raise Failure(f"{name}: {error}") from error
+    ctx.details["oar_op"] = mapped_ops()[name].oar_op
+    if fell_back:
+        raise Fallback(f"{name} matched torch's CPU through the CPU fallback")
+
+
+def _mlp():
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+
+
+def _llama():
+    import transformers
+
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                      max_position_embeddings=32, tie_word_embeddings=False)
+    return transformers.LlamaForCausalLM(config)
+
+
+def _loss(torch: Any, name: str, model: Any, device: str) -> Any:
+    torch.manual_seed(1)
+    if name == "mlp":
+        x, target = torch.randn(5, 8), torch.randint(0, 4, (5,))
+        return torch.nn.functional.cross_entropy(model(x.to(device)), target.to(device))
+    ids = torch.randint(0, 128, (2, 16)).to(device)
+    return model(ids, labels=ids).loss
+
+
+_MODELS = {"mlp": _mlp, "llama": _llama}
+
+
+def run_model(ctx: RuntimeContext, name: str) -> None:
+    import torch
+
+    import oar.torch
+
+    device = _register_bridge(ctx)
+    torch.manual_seed(0)
+    cpu_model = _MODELS[name]()
+    device_model = _MODELS[name]()
+    device_model.load_state_dict(cpu_model.state_dict())
+    device_model.to(device)
+    oar.torch.reset_fallback_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = _loss(torch, name, cpu_model, "cpu")
+        got = _loss(torch, name, device_model, device)
+        expected.backward()
+        got.backward()
+    ctx.details["fallback_ops"] = sorted(oar.torch.fallback_stats())
+    if abs(got.item() - expected.item()) > 1e-5 * abs(expected.item()):
+        raise Failure(f"{name}: loss {got.item()} on {device}, {expected.item()} on the CPU")
+    for (param, p_cpu), p_dev in zip(cpu_model.named_parameters(), device_model.parameters()):
+        error = (p_dev.grad.cpu() - p_cpu.grad).abs().max().item()
+        if error > 1e-4 * p_cpu.grad.abs().max().item() + 1e-8:
+            raise Failure(f"{name}: gradient of {param} differs by {error}")
+
+
+def _register() -> None:
+    from oar.torch.aten_table import mapped_ops
+
+    for name in sorted(mapped_ops()):
+        def aten(ctx: RuntimeContext, name: str = name) -> None:
+            run_aten(ctx, name)
+
+        aten.__name__ = "aten_" + name.replace(".", "_")
+        aten.__doc__ = f"ATen {name} on the device against torch's CPU."
+        conformance_test("torch.aten." + name.replace(".", "_").lower().strip("_"))(aten)
+    for model in _MODELS:
+        def train(ctx: RuntimeContext, model: str = model) -> None:
+            run_model(ctx, model)
+
+        train.__name__ = f"model_{model}"
+        train.__doc__ = f"{model}: a training step on the device against torch's CPU."
+        conformance_test(f"torch.model.{model}")(train)
+
+
+try:
+    import torch as _torch  # noqa: F401 -- the level exists only where torch is installed
+except ImportError:  # pragma: no cover
+    NOTE = "torch is not installed: pip install 'torch==2.13.*' to run the torch level"
+else:
+    _register()

@@ -1,0 +1,221 @@
+"""The PrivateUse1 kernels: mapped ATen ops run as Oar ops, views and factories natively, the rest
+on the CPU fallback. Registered once by oar.torch.registration.install_kernels()."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+import oar
+from oar.torch import bridge_tensor as _bt
+from oar.torch import cpu_fallback as _cpu
+from oar.torch.aten_table import Mapping, Unmapped, mapped_ops
+
+__all__ = ["install_kernels", "native_ops"]
+
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_libraries: list[torch.library.Library] = []  # kept alive: dropping one unregisters its kernels
+
+
+def _unwrap_arg(value: Any) -> Any:
+    return _bt.unwrap(value) if _bt.is_bridged(value) else value
+
+
+def _wrap_result(value: Any) -> Any:
+    return _bt.wrap(value) if oar.is_tensor(value) else value
+
+
+def _check_same_device(name: str, args: tuple) -> None:
+    for value in args:
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, torch.Tensor) and item.device.type != _bt.device_type() and item.dim() > 0:
+                raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
+                                   f"devices, {_bt.device_type()}:0 and {item.device}! (ATen op {name})")
+
+
+def _mapped_kernel(mapping: Mapping, op: Any):
+    name = mapping.aten
+    function = getattr(oar.ops, mapping.oar_op)
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        _check_same_device(name, args)
+        oar_args = tree_map(_unwrap_arg, args)
+        oar_kwargs = tree_map(_unwrap_arg, kwargs)
+        try:
+            inputs, attrs = mapping.call(*oar_args, **oar_kwargs)
+        except Unmapped:
+            return _cpu.run_on_cpu(op, args, kwargs)
+        try:
+            with oar.no_grad():
+                result = function(*inputs, **attrs)
+        except (oar.OpNotSupportedError, oar.DTypeError) as error:  # the Oar op lacks these dtypes: CPU
+            if "OAR_FALLBACK" in str(error) or os.environ.get("OAR_FALLBACK") == "0":
+                raise NotImplementedError(f"ATen op '{name}' (Oar op '{mapping.oar_op}') on device "
+                                          f"'{_bt.device_type()}': {error}") from error
+            return _cpu.run_on_cpu(op, args, kwargs)
+        except Exception as error:
+            raise RuntimeError(f"ATen op '{name}' -> Oar op '{mapping.oar_op}' on device '{_bt.device_type()}' "
+                               f"failed: {type(error).__name__}: {error}") from error
+        expected = op._schema.returns[0].type
+        if isinstance(result, (list, tuple)) and str(expected) != "Tensor[]":
+            return tuple(_wrap_result(r) for r in result)
+        if isinstance(result, (list, tuple)):
+            return [_wrap_result(r) for r in result]
+        return _wrap_result(result)
+
+    return kernel
+
+
+def _inplace_kernel(mapping: Mapping, op: Any, functional: Any):
+    compute = _mapped_kernel(mapping, functional)
+
+    def kernel(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        result = compute(self, *args, **kwargs)
+        target = _bt.unwrap(self)
+        value = _bt.unwrap(result) if isinstance(result, torch.Tensor) else result
+        with oar.no_grad():
+            target.copy_(value)
+        return self
+
+    return kernel
+
+
+# ---- the ops every backend must give: factories, copies, scalars ----
+
+def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    made = oar.empty(*size, dtype=_bt.oar_dtype(dtype, "torch.empty"),
+                     device=_bt.oar_device(None if device is None else device.index))
+    return _bt.wrap(made)
+
+
+def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(n > 0 for n in size) else 0
+    flat = oar.empty(extent, dtype=_bt.oar_dtype(dtype, "torch.empty_strided"),
+                     device=_bt.oar_device(None if device is None else device.index))
+    from oar import _C
+
+    return _bt.wrap(_C._as_strided(flat, list(size), list(stride), 0))
+
+
+def _copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if _bt.is_bridged(self) and _bt.is_bridged(dst):
+        with oar.no_grad():
+            _bt.unwrap(dst).copy_(_bt.unwrap(self).to(_bt.unwrap(dst).dtype))
+    elif _bt.is_bridged(self):  # device -> CPU: waits for the device, as torch users expect
+        dst.copy_(_bt.to_cpu_torch(_bt.unwrap(self)))
+    elif _bt.is_bridged(dst):
+        _bt.write_from_cpu(_bt.unwrap(dst), self)
+    else:
+        raise RuntimeError(f"_copy_from between {self.device} and {dst.device} is not the Oar device's")
+    return dst
+
+
+def _copy_from_and_resize(self: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    if tuple(dst.shape) != tuple(self.shape):
+        _resize(dst, self.shape)
+    return _copy_from(self, dst)
+
+
+def _local_scalar_dense(self: torch.Tensor) -> Any:
+    return _bt.unwrap(self).item()
+
+
+def _fill(self: torch.Tensor, value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    with oar.no_grad():
+        _bt.unwrap(self).fill_(value)
+    return self
+
+
+def _zero(self: torch.Tensor) -> torch.Tensor:
+    return _fill(self, 0)
+
+
+def _resize(self: torch.Tensor, size, memory_format=None) -> torch.Tensor:
+    size = tuple(size)
+    if size == tuple(self.shape):
+        return self
+    fresh = oar.empty(*size, dtype=_bt.oar_dtype(self.dtype, "resize_"), device=_bt.oar_device(0))
+    old = _bt.unwrap(self)
+    keep = min(old.numel(), fresh.numel())
+    if keep:
+        with oar.no_grad():
+            fresh.reshape([-1])[0:keep].copy_(old.contiguous().reshape([-1])[0:keep])
+    _bt.set_storage(self, fresh)
+    return self
+
+
+_NATIVE = {
+    "empty.memory_format": _empty,
+    "empty_strided.default": _empty_strided,
+    "_copy_from.default": _copy_from,
+    "_copy_from_and_resize.default": _copy_from_and_resize,
+    "_local_scalar_dense.default": _local_scalar_dense,
+    "fill_.Scalar": _fill,
+    "fill_.Tensor": _fill,
+    "zero_.default": _zero,
+    "resize_.default": _resize,
+}
+
+
+def native_ops() -> list[str]:
+    """The ATen overloads with a kernel of the bridge (mapped to Oar ops, or factories/copies)."""
+    return sorted(set(_NATIVE) | set(mapped_ops()))
+
+
+def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """Every PrivateUse1 call without a kernel: views run torch's own metadata kernel, the rest the CPU."""
+    if op.is_view:
+        return op.redispatch(_CPU_KEYS, *args, **kwargs)
+    name = f"{op._schema.name.removeprefix('aten::')}.{op._overloadname}"
+    _check_same_device(name, args)
+    return _cpu.run_on_cpu(op, args, kwargs)
+
+
+_main_thread = threading.get_ident()
+_bridge_stream: list[Any] = []  # the registering thread's current Oar stream
+
+
+def _on_bridge_stream(kernel):
+    """torch's autograd runs backward on its own thread per device; there the kernel enqueues on the
+    stream of the thread that registered, so forward and backward work stay in one stream order."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == _main_thread or not _bridge_stream:
+            return kernel(*args, **kwargs)
+        with _bridge_stream[0]:
+            return kernel(*args, **kwargs)
+
+    return run
+
+
+def _registration_name(name: str) -> str:
+    base, overload = name.split(".")
+    return base if overload == "default" else name  # torch.library spells the default overload bare
+
+
+def install_kernels() -> None:
+    global _main_thread
+    if _libraries:
+        return
+    _main_thread = threading.get_ident()
+    _bridge_stream[:] = [oar.current_stream(_bt.oar_device(0))]
+    impl = torch.library.Library("aten", "IMPL")
+    for name, kernel in _NATIVE.items():
+        impl.impl(_registration_name(name), _on_bridge_stream(kernel), "PrivateUse1")
+    table = mapped_ops()
+    for name, mapping in table.items():
+        base, overload = name.split(".")
+        functional = getattr(getattr(torch.ops.aten, base), overload)
+        impl.impl(_registration_name(name), _on_bridge_stream(_mapped_kernel(mapping, functional)), "PrivateUse1")
+        inplace = getattr(getattr(torch.ops.aten, base + "_", None), overload, None)
+        if inplace is not None and base + "_." + overload not in _NATIVE:
+            impl.impl(_registration_name(f"{base}_.{overload}"), _on_bridge_stream(_inplace_kernel(mapping, inplace, functional)), "PrivateUse1")
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(_on_bridge_stream(_fallback), "PrivateUse1")
+    _libraries.extend([impl, fallback])
