@@ -325,31 +325,34 @@ def make_case(op: oar_opset.Op, size: str, inputs: Inputs) -> Case:
     raise ValueError(f"bench/ops.py has no case for op {name!r} (kind {op.kind}) of ops.yaml: add one")
 
 
-def timed_sample(call: Callable[[], Any], calls: int, sync: Callable[[], None]) -> float:
-    start = time.perf_counter()
+def timed_sample(call: Callable[[], Any], calls: int, sync: Callable[[], None]) -> tuple[float, float]:
+    """Wall seconds and process CPU seconds (all threads) per call."""
+    start, start_cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
         call()
     sync()
-    return (time.perf_counter() - start) / calls
+    return (time.perf_counter() - start) / calls, (time.process_time() - start_cpu) / calls
 
 
-def measure(case: Case, samples: int, sample_seconds: float) -> tuple[float, float]:
-    """Medians of interleaved samples (seconds per call) of oar and torch."""
+def measure(case: Case, samples: int, sample_seconds: float) -> dict[str, float]:
+    """Medians of interleaved samples (seconds per call) of oar and torch: wall time, and the
+    CPU time of all threads, which a machine shared with other jobs disturbs less."""
     def oar_sync() -> None:
         oar.synchronize()
 
     def no_sync() -> None:
         pass
 
-    first_oar = timed_sample(case.oar_call, 1, oar_sync)  # warm-up, and the call count per sample
-    first_torch = timed_sample(case.torch_call, 1, no_sync)
+    first_oar = timed_sample(case.oar_call, 1, oar_sync)[0]  # warm-up, and the call count per sample
+    first_torch = timed_sample(case.torch_call, 1, no_sync)[0]
     oar_calls = max(1, min(1000, int(sample_seconds / max(first_oar, 1e-7))))
     torch_calls = max(1, min(1000, int(sample_seconds / max(first_torch, 1e-7))))
     ours, theirs = [], []
     for _ in range(samples):
         ours.append(timed_sample(case.oar_call, oar_calls, oar_sync))
         theirs.append(timed_sample(case.torch_call, torch_calls, no_sync))
-    return statistics.median(ours), statistics.median(theirs)
+    return {"oar_s": statistics.median(w for w, _ in ours), "torch_s": statistics.median(w for w, _ in theirs),
+            "oar_cpu_s": statistics.median(c for _, c in ours), "torch_cpu_s": statistics.median(c for _, c in theirs)}
 
 
 def values_agree(case: Case, dtype: str) -> str:
@@ -377,15 +380,16 @@ def write_results(rows: list[dict], summary: dict, out_dir: Path, stem: str) -> 
     lines = [f"# Kernel ops: oar CPU plugin vs torch CPU ({summary['dtype']})", "",
              f"CPU: {summary['cpu']}; torch {summary['torch']} with {summary['torch_threads']} threads, "
              f"oar refcpu; medians of {summary['samples']} interleaved samples.", "",
-             f"Geometric mean of oar/torch time: **{summary['geomean']:.2f}x** over {summary['count']} rows.", "",
-             "| op | size | shape | oar | torch | oar/torch | values |",
-             "|---|---|---|---|---|---|---|"]
+             f"Geometric mean of oar/torch time: **{summary['geomean']:.2f}x** over {summary['count']} rows "
+             f"(CPU time of all threads: {summary['cpu_geomean']:.2f}x).", "",
+             "| op | size | shape | oar | torch | oar/torch | CPU oar/torch | values |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row['op']} | {row['size']} | {row.get('shape', '')} | | | | error: {row['error']} |")
+            lines.append(f"| {row['op']} | {row['size']} | {row.get('shape', '')} | | | | | error: {row['error']} |")
             continue
         lines.append(f"| {row['op']} | {row['size']} | {row['shape']} | {format_seconds(row['oar_s'])} | "
-                     f"{format_seconds(row['torch_s'])} | {row['ratio']:.2f} | {row['values']} |")
+                     f"{format_seconds(row['torch_s'])} | {row['ratio']:.2f} | {row['cpu_ratio']:.2f} | {row['values']} |")
     lines += ["", "Five worst: " + ", ".join(f"{w['op']} {w['size']} {w['ratio']:.2f}x" for w in summary["worst"])]
     text = "\n".join(lines) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -442,10 +446,12 @@ def main(argv: list[str] | None = None) -> int:
                 case = make_case(op, size, Inputs(dtype))
                 row["shape"] = case.shape
                 row["values"] = values_agree(case, dtype)
-                row["oar_s"], row["torch_s"] = measure(case, args.samples, args.sample_ms / 1e3)
+                row.update(measure(case, args.samples, args.sample_ms / 1e3))
                 row["ratio"] = row["oar_s"] / row["torch_s"]
+                row["cpu_ratio"] = row["oar_cpu_s"] / max(row["torch_cpu_s"], 1e-9)
                 print(f"{op.name:<26} {size:<6} {case.shape:<40} oar {format_seconds(row['oar_s']):>10}  "
-                      f"torch {format_seconds(row['torch_s']):>10}  ratio {row['ratio']:6.2f}  {row['values']}",
+                      f"torch {format_seconds(row['torch_s']):>10}  ratio {row['ratio']:6.2f}  "
+                      f"cpu ratio {row['cpu_ratio']:6.2f}  {row['values']}",
                       flush=True)
             except Exception as error:  # a failing op is a row of the table, not the end of the run
                 row["error"] = f"{type(error).__name__}: {error}".replace("|", "/").splitlines()[0][:200]
@@ -454,16 +460,19 @@ def main(argv: list[str] | None = None) -> int:
 
     timed = [row for row in rows if "ratio" in row]
     geomean = math.exp(statistics.fmean(math.log(row["ratio"]) for row in timed)) if timed else float("nan")
+    cpu_geomean = (math.exp(statistics.fmean(math.log(max(row["cpu_ratio"], 1e-6)) for row in timed))
+                   if timed else float("nan"))
     worst = sorted(timed, key=lambda row: row["ratio"], reverse=True)[:5]
     summary = {"dtype": args.dtype, "cpu": cpu_model(), "torch": torch.__version__,
                "torch_threads": torch.get_num_threads(), "samples": args.samples, "device": device,
-               "geomean": geomean, "count": len(timed), "errors": len(rows) - len(timed),
+               "geomean": geomean, "cpu_geomean": cpu_geomean, "count": len(timed), "errors": len(rows) - len(timed),
                "worst": [{"op": w["op"], "size": w["size"], "ratio": w["ratio"]} for w in worst]}
     stem = "ops" if args.dtype == "float32" else f"ops_{args.dtype}"
     if args.quick:
         stem += "_quick"
     write_results(rows, summary, Path(args.out), stem)
-    print(f"\ngeometric mean oar/torch: {geomean:.2f}x over {len(timed)} rows ({summary['errors']} errors); "
+    print(f"\ngeometric mean oar/torch: {geomean:.2f}x (CPU time {cpu_geomean:.2f}x) over {len(timed)} rows "
+          f"({summary['errors']} errors); "
           f"five worst: " + ", ".join(f"{w['op']} {w['size']} {w['ratio']:.2f}x" for w in worst))
     print(f"written: {Path(args.out) / stem}.md and .json")
     return 1 if summary["errors"] else 0

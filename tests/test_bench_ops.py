@@ -28,6 +28,7 @@ def test_quick_run_writes_a_checked_table(bench_ops, tmp_path, capsys):
         assert row["values"] == "ok", row  # oar's result matches torch's
         assert row["oar_s"] > 0 and row["torch_s"] > 0
         assert abs(row["ratio"] - row["oar_s"] / row["torch_s"]) < 1e-9
+        assert row["oar_cpu_s"] >= 0 and row["cpu_ratio"] >= 0
     assert result["summary"]["count"] == 2
     assert "geometric mean" in capsys.readouterr().out
     assert "| add | small |" in (tmp_path / "ops_quick.md").read_text()
