@@ -148,9 +148,12 @@ static void block_range(void* opaque, int64_t begin, int64_t end, int chunk) {
    small gemms into blocks it claims dynamically. */
 static void blas_one_thread(void) { scipy_openblas_set_num_threads(1); }
 
-/* A gemm of at least this many multiply-adds (m * n * k) runs as one BLAS call
-   on all threads: blocks of it would each re-pack B (0.43x numpy at 1024^3). */
-#define THREADED_GEMM_MIN_VOLUME (128.0 * 128.0 * 128.0)
+/* A gemm with m, n and k all at least this runs as one BLAS call on all
+   threads: row blocks of it would each re-pack B (0.43x numpy at 1024^3 on an
+   idle AVX-512 Xeon). Skinny gemms keep the pool split: on a loaded machine
+   OpenBLAS's threaded [64,1024]@[1024,1024] ran at 0.6-1.0 GFLOP/s, the pool's
+   at 3-5. */
+#define THREADED_GEMM_MIN_DIM 512
 
 /* OpenBLAS's thread count is process-wide: one threaded call at a time. */
 static pthread_mutex_t threaded_gemm_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -164,11 +167,11 @@ static void run_threaded_gemms(const matmul_plan* mm, int threads) {
   pthread_mutex_unlock(&threaded_gemm_lock);
 }
 
-/* True when the BLAS should thread the gemms itself: few, large, all operands direct. */
+/* True when the BLAS should thread the gemms itself: few, large in every dim, all operands direct. */
 static bool wants_threaded_gemm(const matmul_plan* mm, int threads) {
-  double volume = (double)mm->m * (double)mm->n * (double)mm->k;
-  return threads >= 2 && mm->batches < (int64_t)threads * 4 && volume >= THREADED_GEMM_MIN_VOLUME &&
-         mm->a.direct && mm->b.direct && mm->out.direct;
+  return threads >= 2 && mm->batches < (int64_t)threads * 4 && mm->m >= THREADED_GEMM_MIN_DIM &&
+         mm->n >= THREADED_GEMM_MIN_DIM && mm->k >= THREADED_GEMM_MIN_DIM && mm->a.direct &&
+         mm->b.direct && mm->out.direct;
 }
 
 /* Splits the gemms of mm into blocks for the pool: whole gemms when there are
