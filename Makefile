@@ -104,6 +104,7 @@ bench: install
 	$(PY) bench/compiled.py
 	$(PY) bench/pinn.py
 	$(PY) bench/profiler_overhead.py
+	$(PY) bench/ops.py
 
 clean:
 	rm -rf build $(VENV)

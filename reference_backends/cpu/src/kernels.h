@@ -255,11 +255,11 @@ double philox_uniform_f64(uint64_t seed, uint64_t counter);
 
 /* ---- vector code ------------------------------------------------------------ */
 
-/* Hot row functions are compiled twice, for AVX2 and the baseline, and the
-   loader picks one per machine (ifunc). FP contraction stays off (ISO C), so
-   both give the same bits. */
+/* Hot row functions are compiled for AVX-512, AVX2 and the baseline, and the
+   loader picks one per machine from cpuid (ifunc). FP contraction stays off
+   (ISO C), so all three give the same bits. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define REFCPU_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#define REFCPU_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define REFCPU_VECTOR_CLONES
 #endif

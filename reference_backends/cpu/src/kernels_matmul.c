@@ -2,8 +2,10 @@
    BLAS (scipy_cblas_sgemm / scipy_cblas_dgemm). Operands stored row- or
    column-major are passed as BLAS (trans)poses in place; others go through a
    compact scratch copy. Batch dims that b broadcasts (stride 0) fold into M
-   when a and out allow, so x [B, T, K] @ w [K, N] is one gemm. Gemms (or row
-   / column blocks of one) run on the plugin's pool, the BLAS single-threaded. */
+   when a and out allow, so x [B, T, K] @ w [K, N] is one gemm. Many gemms (or
+   row / column blocks of a small one) run on the plugin's pool, the BLAS
+   single-threaded; a large gemm is one BLAS call on all threads, so B is
+   packed once. */
 #include "kernels_nn_util.h"
 
 #include <cblas.h>
@@ -142,11 +144,35 @@ static void block_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   }
 }
 
-/* The BLAS runs one thread per call: the plugin's pool splits the work into
-   blocks it claims dynamically, which keeps both cores busy when another
-   thread (the host enqueueing the next op) competes, where OpenBLAS's static
-   split would wait on its slowest thread. */
+/* The BLAS runs one thread per call by default: the plugin's pool splits many
+   small gemms into blocks it claims dynamically. */
 static void blas_one_thread(void) { scipy_openblas_set_num_threads(1); }
+
+/* A gemm with m, n and k all at least this runs as one BLAS call on all
+   threads: row blocks of it would each re-pack B (0.43x numpy at 1024^3 on an
+   idle AVX-512 Xeon). Skinny gemms keep the pool split: on a loaded machine
+   OpenBLAS's threaded [64,1024]@[1024,1024] ran at 0.6-1.0 GFLOP/s, the pool's
+   at 3-5. */
+#define THREADED_GEMM_MIN_DIM 512
+
+/* OpenBLAS's thread count is process-wide: one threaded call at a time. */
+static pthread_mutex_t threaded_gemm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Runs the gemms of mm one after another, each one BLAS call on all threads. */
+static void run_threaded_gemms(const matmul_plan* mm, int threads) {
+  pthread_mutex_lock(&threaded_gemm_lock);
+  scipy_openblas_set_num_threads(threads);
+  block_range((void*)mm, 0, mm->batches, 0);
+  scipy_openblas_set_num_threads(1);
+  pthread_mutex_unlock(&threaded_gemm_lock);
+}
+
+/* True when the BLAS should thread the gemms itself: few, large in every dim, all operands direct. */
+static bool wants_threaded_gemm(const matmul_plan* mm, int threads) {
+  return threads >= 2 && mm->batches < (int64_t)threads * 4 && mm->m >= THREADED_GEMM_MIN_DIM &&
+         mm->n >= THREADED_GEMM_MIN_DIM && mm->k >= THREADED_GEMM_MIN_DIM && mm->a.direct &&
+         mm->b.direct && mm->out.direct;
+}
 
 /* Splits the gemms of mm into blocks for the pool: whole gemms when there are
    enough of them, else row (or column) blocks of at least 32, all operands direct. */
@@ -230,6 +256,14 @@ static oar_status run_matmul_common(const kernel_command* cmd, const char* op) {
 
   static pthread_once_t blas_threads_once = PTHREAD_ONCE_INIT;
   pthread_once(&blas_threads_once, blas_one_thread);
+  int threads = g_refcpu.config.threads;
+  if (wants_threaded_gemm(&mm, threads)) {
+    mm.row_blocks = mm.col_blocks = 1;
+    mm.block_rows = mm.m;
+    mm.block_cols = mm.n;
+    run_threaded_gemms(&mm, threads);
+    return OAR_SUCCESS;
+  }
   plan_blocks(&mm);
   int64_t items = mm.batches * mm.row_blocks * mm.col_blocks;
   double volume = (double)mm.m * (double)mm.n * (double)mm.k;
