@@ -13,6 +13,9 @@ os.environ.setdefault("OAR_OPENCL_DISABLE", "1")
 # Likewise the bundled CUDA plugin (tests/test_cuda_plugin.py loads it explicitly).
 os.environ.setdefault("OAR_CUDA_DISABLE", "1")
 
+# tests/torch_bridge/ runs in a process of its own, started by tests/test_torch_bridge.py.
+collect_ignore = [] if os.environ.get("OAR_RUN_TORCH_BRIDGE_TESTS") else ["torch_bridge"]
+
 
 @pytest.fixture(scope="module")
 def dev() -> str:
