@@ -1,0 +1,1161 @@
+"""The lowering table: each ONNX op type as Oar ops, or a small composition of them.
+
+A lowering is ``fn(ctx, attrs, inputs) -> list of outputs``. An input is an ``oar.Tensor`` on the
+session's device, a ``numpy.ndarray`` the plan knows on the host (an initializer, a folded constant,
+a shape), or None (an absent optional input). ``ctx.t(v)`` gives a device tensor, ``ctx.np(v)`` the
+host array (reading the device only where an ONNX op needs data as a shape or count).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+import oar
+from oar import ops as O
+
+from oar.onnx.model import oar_dtype
+
+Lowering = Callable[[Any, dict, list], list]
+LOWERINGS: dict[str, Lowering] = {}
+_FLOAT_ONLY_WIDEN = {"float16": "float32", "bfloat16": "float32"}
+
+
+def lowering(*op_types: str):
+    def register(fn: Lowering) -> Lowering:
+        for op_type in op_types:
+            LOWERINGS[op_type] = fn
+        return fn
+
+    return register
+
+
+def _dt(x) -> str:
+    return str(x.dtype)
+
+
+def _is_float(x) -> bool:
+    return _dt(x) in ("float32", "float64", "float16", "bfloat16")
+
+
+def _wide(x):
+    """x, widened to float32 when it is a half type (most Oar kernels take float32/float64)."""
+    target = _FLOAT_ONLY_WIDEN.get(_dt(x))
+    return O.cast(x, dtype=target) if target else x
+
+
+def _narrow(y, like_dtype: str):
+    return O.cast(y, dtype=like_dtype) if _dt(y) != like_dtype else y
+
+
+def _float_math(fn):
+    """fn applied on float32/float64 tensors; half inputs widen and the result narrows back."""
+
+    def apply(*xs):
+        dtype = _dt(xs[0])
+        return _narrow(fn(*[_wide(x) for x in xs]), dtype)
+
+    return apply
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+# ---------------------------------------------------------------- elementwise
+
+
+_UNARY = {
+    "Neg": O.neg, "Abs": O.abs, "Sign": O.sign, "Exp": O.exp, "Log": O.log, "Sqrt": O.sqrt,
+    "Reciprocal": O.reciprocal, "Sin": O.sin, "Cos": O.cos, "Tanh": O.tanh, "Sigmoid": O.sigmoid,
+    "Relu": O.relu, "Erf": O.erf, "IsNaN": O.isnan, "Not": O.logical_not,
+}
+_INT_OK = {"Neg", "Abs", "Sign", "Relu", "IsNaN", "Not"}
+
+
+def _unary(op_type):
+    fn = _UNARY[op_type]
+
+    def lower(ctx, attrs, inputs):
+        x = ctx.t(inputs[0])
+        if op_type in _INT_OK or not _is_float(x):
+            return [fn(x)]
+        return [_float_math(fn)(x)]
+
+    return lower
+
+
+for _name in _UNARY:
+    LOWERINGS[_name] = _unary(_name)
+
+
+def _floor(x):
+    truncated = O.cast(O.cast(x, dtype="int64"), dtype=_dt(x))
+    return O.where(O.gt(truncated, x), O.sub(truncated, 1.0), truncated)
+
+
+def _keep_nonfinite(x, y):
+    """y where x is finite, else x (floor/ceil/round of NaN/Inf are themselves)."""
+    finite = O.logical_and(O.logical_not(O.isnan(x)), O.lt(O.abs(x), float("inf")))
+    return O.where(finite, y, x)
+
+
+@lowering("Floor")
+def _lower_floor(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    return [_float_math(lambda v: _keep_nonfinite(v, _floor(v)))(x)]
+
+
+@lowering("Ceil")
+def _lower_ceil(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    return [_float_math(lambda v: _keep_nonfinite(v, O.neg(_floor(O.neg(v)))))(x)]
+
+
+@lowering("Round")
+def _lower_round(ctx, attrs, inputs):
+    def round_half_even(v):
+        lower = _floor(v)
+        frac = O.sub(v, lower)
+        lower_even = O.eq(O.sub(lower, O.mul(_floor(O.mul(lower, 0.5)), 2.0)), 0.0)
+        up = O.logical_or(O.gt(frac, 0.5), O.logical_and(O.eq(frac, 0.5), O.logical_not(lower_even)))
+        return _keep_nonfinite(v, O.where(up, O.add(lower, 1.0), lower))
+
+    return [_float_math(round_half_even)(ctx.t(inputs[0]))]
+
+
+@lowering("Tan")
+def _lower_tan(ctx, attrs, inputs):
+    return [_float_math(lambda v: O.div(O.sin(v), O.cos(v)))(ctx.t(inputs[0]))]
+
+
+@lowering("Sinh", "Cosh")
+def _lower_hyperbolic(ctx, attrs, inputs):
+    sign = -1.0 if ctx.op_type == "Sinh" else 1.0
+    return [_float_math(lambda v: O.mul(O.add(O.exp(v), O.mul(O.exp(O.neg(v)), sign)), 0.5))(ctx.t(inputs[0]))]
+
+
+@lowering("Asinh")
+def _lower_asinh(ctx, attrs, inputs):
+    return [_float_math(lambda v: O.log(O.add(v, O.sqrt(O.add(O.mul(v, v), 1.0)))))(ctx.t(inputs[0]))]
+
+
+@lowering("Acosh")
+def _lower_acosh(ctx, attrs, inputs):
+    return [_float_math(lambda v: O.log(O.add(v, O.sqrt(O.sub(O.mul(v, v), 1.0)))))(ctx.t(inputs[0]))]
+
+
+@lowering("Atanh")
+def _lower_atanh(ctx, attrs, inputs):
+    return [_float_math(lambda v: O.mul(O.log(O.div(O.add(v, 1.0), O.sub(1.0, v))), 0.5))(ctx.t(inputs[0]))]
+
+
+@lowering("IsInf")
+def _lower_isinf(ctx, attrs, inputs):
+    x = _wide(ctx.t(inputs[0]))
+    pos = O.eq(x, float("inf")) if attrs.get("detect_positive", 1) else O.ne(x, x)
+    neg = O.eq(x, float("-inf")) if attrs.get("detect_negative", 1) else O.ne(x, x)
+    return [O.logical_and(O.logical_or(pos, neg), O.logical_not(O.isnan(x)))]
+
+
+_BINARY = {
+    "Add": O.add, "Sub": O.sub, "Mul": O.mul, "Equal": O.eq, "Less": O.lt, "LessOrEqual": O.le,
+    "Greater": O.gt, "GreaterOrEqual": O.ge, "And": O.logical_and, "Or": O.logical_or,
+}
+
+
+def _binary(op_type):
+    fn = _BINARY[op_type]
+
+    def lower(ctx, attrs, inputs):
+        a, b = ctx.t(inputs[0]), ctx.t(inputs[1])
+        if _dt(a) in _FLOAT_ONLY_WIDEN and op_type in ("Add", "Sub", "Mul"):
+            return [_float_math(fn)(a, b)]
+        return [fn(a, b)]
+
+    return lower
+
+
+for _name in _BINARY:
+    LOWERINGS[_name] = _binary(_name)
+
+
+@lowering("Xor")
+def _lower_xor(ctx, attrs, inputs):
+    return [O.ne(ctx.t(inputs[0]), ctx.t(inputs[1]))]
+
+
+@lowering("Div")
+def _lower_div(ctx, attrs, inputs):
+    a, b = ctx.t(inputs[0]), ctx.t(inputs[1])
+    if _is_float(a):
+        return [_float_math(O.div)(a, b)]
+    # integer division truncates toward zero in ONNX
+    quotient = O.div(O.cast(a, dtype="float64"), O.cast(b, dtype="float64"))
+    return [O.cast(quotient, dtype=_dt(a))]
+
+
+@lowering("Pow")
+def _lower_pow(ctx, attrs, inputs):
+    a, b = ctx.t(inputs[0]), ctx.t(inputs[1])
+    if _is_float(a):
+        return [_narrow(O.pow(_wide(a), O.cast(b, dtype=_dt(_wide(a)))), _dt(a))]
+    result = O.pow(O.cast(a, dtype="float64"), O.cast(b, dtype="float64"))
+    return [O.cast(result, dtype=_dt(a))]
+
+
+@lowering("Mod")
+def _lower_mod(ctx, attrs, inputs):
+    a, b = ctx.t(inputs[0]), ctx.t(inputs[1])
+    dtype = _dt(a)
+    fa, fb = O.cast(a, dtype="float64"), O.cast(b, dtype="float64")
+    quotient = O.div(fa, fb)
+    if attrs.get("fmod", 0):
+        whole = O.cast(O.cast(quotient, dtype="int64"), dtype="float64")  # C fmod: truncate
+    else:
+        whole = _floor(quotient)  # Python mod: the sign of the divisor
+    result = O.sub(fa, O.mul(whole, fb))
+    return [O.cast(result, dtype=dtype)]
+
+
+def _variadic(fn):
+    def lower(ctx, attrs, inputs):
+        result = ctx.t(inputs[0])
+        for other in inputs[1:]:
+            result = fn(result, ctx.t(other))
+        return [result]
+
+    return lower
+
+
+LOWERINGS["Max"] = _variadic(O.maximum)
+LOWERINGS["Min"] = _variadic(O.minimum)
+LOWERINGS["Sum"] = _variadic(O.add)
+
+
+@lowering("Mean")
+def _lower_mean(ctx, attrs, inputs):
+    total = _variadic(O.add)(ctx, attrs, inputs)[0]
+    return [O.div(total, float(len(inputs)))]
+
+
+@lowering("Where")
+def _lower_where(ctx, attrs, inputs):
+    return [O.where(ctx.t(inputs[0]), ctx.t(inputs[1]), ctx.t(inputs[2]))]
+
+
+@lowering("Clip")
+def _lower_clip(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    low = inputs[1] if len(inputs) > 1 else None
+    high = inputs[2] if len(inputs) > 2 else None
+    if low is not None:
+        x = O.maximum(x, ctx.t(low))
+    if high is not None:
+        x = O.minimum(x, ctx.t(high))
+    return [x]
+
+
+@lowering("Identity")
+def _lower_identity(ctx, attrs, inputs):
+    return [inputs[0]]
+
+
+@lowering("Cast")
+def _lower_cast(ctx, attrs, inputs):
+    return [_cast(ctx, inputs[0], ctx.oar_dtype(attrs["to"]))]
+
+
+@lowering("CastLike")
+def _lower_castlike(ctx, attrs, inputs):
+    return [_cast(ctx, inputs[0], ctx.value_dtype(inputs[1]))]
+
+
+def _cast(ctx, value, dtype: str):
+    x = ctx.t(value)
+    if _is_float(x) and dtype in ("int8", "int32", "int64"):
+        # ONNX leaves out-of-range float->int undefined; NaN and Inf have no integer
+        return [O.cast(x, dtype=dtype)][0]
+    return O.cast(x, dtype=dtype)
+
+
+# ---------------------------------------------------------------- activations
+
+
+def _act(fn):
+    def lower(ctx, attrs, inputs):
+        return [_float_math(lambda v: fn(v, attrs))(ctx.t(inputs[0]))]
+
+    return lower
+
+
+LOWERINGS["LeakyRelu"] = _act(lambda x, a: O.where(O.ge(x, 0.0), x, O.mul(x, a.get("alpha", 0.01))))
+LOWERINGS["Elu"] = _act(lambda x, a: O.where(O.gt(x, 0.0), x, O.mul(O.sub(O.exp(x), 1.0), a.get("alpha", 1.0))))
+LOWERINGS["Selu"] = _act(lambda x, a: O.mul(O.where(
+    O.gt(x, 0.0), x, O.mul(O.sub(O.exp(x), 1.0), a.get("alpha", 1.67326319217681884765625))),
+    a.get("gamma", 1.05070102214813232421875)))
+LOWERINGS["Celu"] = _act(lambda x, a: O.add(O.relu(x), O.minimum(
+    O.mul(O.sub(O.exp(O.div(x, a.get("alpha", 1.0))), 1.0), a.get("alpha", 1.0)), 0.0)))
+LOWERINGS["HardSigmoid"] = _act(lambda x, a: O.clamp(
+    O.add(O.mul(x, a.get("alpha", 0.2)), a.get("beta", 0.5)), min=0.0, max=1.0))
+LOWERINGS["HardSwish"] = _act(lambda x, a: O.mul(x, O.clamp(O.add(O.div(x, 6.0), 0.5), min=0.0, max=1.0)))
+LOWERINGS["Softplus"] = _act(lambda x, a: O.add(O.relu(x), O.log(O.add(O.exp(O.neg(O.abs(x))), 1.0))))
+LOWERINGS["Softsign"] = _act(lambda x, a: O.div(x, O.add(O.abs(x), 1.0)))
+LOWERINGS["ThresholdedRelu"] = _act(lambda x, a: O.where(O.gt(x, a.get("alpha", 1.0)), x, O.mul(x, 0.0)))
+LOWERINGS["Swish"] = _act(lambda x, a: O.mul(x, O.sigmoid(O.mul(x, a.get("alpha", 1.0)))))
+LOWERINGS["Mish"] = _act(lambda x, a: O.mul(x, O.tanh(
+    O.add(O.relu(x), O.log(O.add(O.exp(O.neg(O.abs(x))), 1.0))))))
+LOWERINGS["Shrink"] = _act(lambda x, a: O.where(
+    O.lt(x, -a.get("lambd", 0.5)), O.add(x, a.get("bias", 0.0)),
+    O.where(O.gt(x, a.get("lambd", 0.5)), O.sub(x, a.get("bias", 0.0)), O.mul(x, 0.0))))
+
+
+@lowering("Gelu")
+def _lower_gelu(ctx, attrs, inputs):
+    approximate = attrs.get("approximate", "none")
+    return [_float_math(lambda v: O.gelu(v, approximate=approximate))(ctx.t(inputs[0]))]
+
+
+@lowering("PRelu")
+def _lower_prelu(ctx, attrs, inputs):
+    x, slope = ctx.t(inputs[0]), ctx.t(inputs[1])
+    return [O.where(O.ge(x, 0.0), x, O.mul(x, slope))]
+
+
+def _softmax_like(fn):
+    def lower(ctx, attrs, inputs):
+        x = ctx.t(inputs[0])
+        axis = _axis(attrs.get("axis", -1), len(x.shape))
+        return [_float_math(lambda v: fn(v, dim=axis))(x)]
+
+    return lower
+
+
+LOWERINGS["Softmax"] = _softmax_like(O.softmax)
+LOWERINGS["LogSoftmax"] = _softmax_like(O.log_softmax)
+
+
+@lowering("Hardmax")
+def _lower_hardmax(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    axis = _axis(attrs.get("axis", -1), len(x.shape))
+    index = O.argmax(_wide(x), dim=axis, keepdim=False)
+    hot = O.one_hot(index, num_classes=x.shape[axis])
+    order = list(range(len(x.shape) - 1))
+    order.insert(axis, len(x.shape) - 1)
+    return [O.cast(O.permute(hot, dims=order), dtype=_dt(x))]
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def _reduce_axes(ctx, attrs, inputs, rank) -> list[int] | None:
+    """The axes of a reduce node (attribute before opset 18, input after); None: reduce nothing."""
+    if len(inputs) > 1 and inputs[1] is not None:
+        axes = [int(a) for a in ctx.np(inputs[1]).reshape(-1)]
+    else:
+        axes = list(attrs.get("axes", []))
+    if not axes:
+        return None if attrs.get("noop_with_empty_axes", 0) else list(range(rank))
+    return sorted(_axis(a, rank) for a in axes)
+
+
+def _reducer(kind):
+    def lower(ctx, attrs, inputs):
+        x = ctx.t(inputs[0])
+        rank = len(x.shape)
+        axes = _reduce_axes(ctx, attrs, inputs, rank)
+        keep = bool(attrs.get("keepdims", 1))
+        if axes is None:
+            return [_REDUCE_IDENTITY[kind](x)]
+        if any(x.shape[a] == 0 for a in axes) or rank == 0:
+            return [_empty_reduce(ctx, kind, x, axes, keep)]
+        return [_REDUCERS[kind](x, axes, keep)]
+
+    return lower
+
+
+def _sum(x, axes, keep):
+    dtype = _dt(x)
+    if dtype in ("int8", "bool"):
+        return O.cast(O.sum(O.cast(x, dtype="int64"), dim=axes, keepdim=keep), dtype=dtype)
+    return _float_math(lambda v: O.sum(v, dim=axes, keepdim=keep))(x)
+
+
+def _prod(x, axes, keep):
+    # product as exp(sum(log|x|)) loses exactness; a loop of muls over the axes keeps it
+    result = x
+    for axis in sorted(axes, reverse=True):
+        pieces = [O.slice(result, dim=axis, start=i, stop=i + 1) for i in range(result.shape[axis])]
+        acc = pieces[0]
+        for piece in pieces[1:]:
+            acc = O.mul(acc, piece)
+        result = acc if keep else O.reshape(acc, shape=[d for i, d in enumerate(acc.shape) if i != axis])
+    return result
+
+
+_REDUCERS = {
+    "sum": _sum,
+    "mean": lambda x, a, k: _float_math(lambda v: O.mean(v, dim=a, keepdim=k))(x),
+    "max": lambda x, a, k: _float_math(lambda v: O.max(v, dim=a, keepdim=k))(x),
+    "min": lambda x, a, k: _float_math(lambda v: O.min(v, dim=a, keepdim=k))(x),
+    "prod": _prod,
+    "l1": lambda x, a, k: _sum(O.abs(x), a, k),
+    "l2": lambda x, a, k: _float_math(lambda v: O.sqrt(O.sum(O.mul(v, v), dim=a, keepdim=k)))(x),
+    "sumsquare": lambda x, a, k: _sum(O.mul(x, x), a, k),
+    "logsum": lambda x, a, k: _float_math(lambda v: O.log(O.sum(v, dim=a, keepdim=k)))(x),
+    "logsumexp": lambda x, a, k: _float_math(lambda v: _logsumexp(v, a, k))(x),
+}
+_REDUCE_IDENTITY = {
+    "sum": lambda x: x, "mean": lambda x: x, "max": lambda x: x, "min": lambda x: x, "prod": lambda x: x,
+    "l1": O.abs, "l2": lambda x: O.sqrt(O.mul(x, x)), "sumsquare": lambda x: O.mul(x, x),
+    "logsum": lambda x: _float_math(O.log)(x), "logsumexp": lambda x: x,
+}
+_EMPTY_VALUE = {"sum": 0.0, "mean": float("nan"), "max": float("-inf"), "min": float("inf"), "prod": 1.0,
+                "l1": 0.0, "l2": 0.0, "sumsquare": 0.0, "logsum": float("-inf"), "logsumexp": float("-inf")}
+
+
+def _logsumexp(v, axes, keep):
+    peak = O.max(v, dim=axes, keepdim=True)
+    peak = O.where(O.lt(O.abs(peak), float("inf")), peak, O.mul(peak, 0.0))
+    total = O.sum(O.exp(O.sub(v, peak)), dim=axes, keepdim=True)
+    result = O.add(O.log(total), peak)
+    if not keep:
+        result = O.reshape(result, shape=[d for i, d in enumerate(result.shape) if i not in axes])
+    return result
+
+
+def _empty_reduce(ctx, kind, x, axes, keep):
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keep else \
+        [d for i, d in enumerate(x.shape) if i not in axes]
+    value = _EMPTY_VALUE[kind]
+    if not _is_float(x) and kind in ("max", "min"):
+        info = np.iinfo(np.dtype(_dt(x)))
+        value = info.min if kind == "max" else info.max
+    return oar.full(shape, value, dtype=_dt(x), device=ctx.device)
+
+
+for _name, _kind in [("ReduceSum", "sum"), ("ReduceMean", "mean"), ("ReduceMax", "max"), ("ReduceMin", "min"),
+                     ("ReduceProd", "prod"), ("ReduceL1", "l1"), ("ReduceL2", "l2"),
+                     ("ReduceSumSquare", "sumsquare"), ("ReduceLogSum", "logsum"),
+                     ("ReduceLogSumExp", "logsumexp")]:
+    LOWERINGS[_name] = _reducer(_kind)
+
+
+@lowering("ArgMax", "ArgMin")
+def _lower_argmax(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    rank = len(x.shape)
+    axis = _axis(attrs.get("axis", 0), rank)
+    keep = bool(attrs.get("keepdims", 1))
+    v = _wide(x) if _is_float(x) else O.cast(x, dtype="int64")
+    if ctx.op_type == "ArgMin":
+        v = O.neg(v)
+    if attrs.get("select_last_index", 0):
+        n = x.shape[axis]
+        reverse = ctx.t(np.arange(n - 1, -1, -1, dtype=np.int64))
+        index = O.argmax(O.index_select(v, reverse, dim=axis), dim=axis, keepdim=keep)
+        return [O.sub(n - 1, index)]
+    return [O.argmax(v, dim=axis, keepdim=keep)]
+
+
+# ---------------------------------------------------------------- linear algebra
+
+
+@lowering("MatMul")
+def _lower_matmul(ctx, attrs, inputs):
+    a, b = ctx.t(inputs[0]), ctx.t(inputs[1])
+    return [_float_math(O.matmul)(a, b)]
+
+
+@lowering("Gemm")
+def _lower_gemm(ctx, attrs, inputs):
+    a, b = ctx.t(inputs[0]), ctx.t(inputs[1])
+    if attrs.get("transA", 0):
+        a = O.transpose(a, dim0=0, dim1=1)
+    if attrs.get("transB", 0):
+        b = O.transpose(b, dim0=0, dim1=1)
+    y = _float_math(O.matmul)(a, b)
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    if alpha != 1.0:
+        y = O.mul(y, alpha)
+    if len(inputs) > 2 and inputs[2] is not None:
+        c = ctx.t(inputs[2])
+        y = O.add(y, c if beta == 1.0 else O.mul(c, beta))
+    return [y]
+
+
+@lowering("Einsum")
+def _lower_einsum(ctx, attrs, inputs):
+    equation = attrs["equation"].replace(" ", "")
+    lhs, _, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if "." in equation or len(terms) > 2:
+        raise NotImplementedError(f"Einsum {equation!r}: only one or two operands without ellipsis")
+    tensors = [ctx.t(v) for v in inputs]
+    if not _:
+        rhs = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
+    return [_einsum(terms, rhs, tensors)]
+
+
+def _einsum(terms, out, tensors):
+    # each operand: sum its private letters, then align all letters and multiply-sum
+    letters = []
+    for term in terms + [out]:
+        for c in term:
+            if c not in letters:
+                letters.append(c)
+    aligned = []
+    for term, t in zip(terms, tensors):
+        for c in set(term):
+            if term.count(c) > 1:
+                raise NotImplementedError("Einsum with a repeated index inside one operand (a diagonal)")
+        order = sorted(range(len(term)), key=lambda i: letters.index(term[i]))
+        t = O.permute(t, dims=order) if order != list(range(len(term))) else t
+        sorted_term = "".join(term[i] for i in order)
+        shape = []
+        for c in letters:
+            shape.append(t.shape[sorted_term.index(c)] if c in sorted_term else 1)
+        aligned.append(O.reshape(t, shape=shape))
+    product = aligned[0]
+    for t in aligned[1:]:
+        product = O.mul(product, t)
+    reduce_axes = [i for i, c in enumerate(letters) if c not in out]
+    if reduce_axes:
+        product = O.sum(product, dim=reduce_axes, keepdim=False)
+    kept = [c for c in letters if c in out]
+    order = [kept.index(c) for c in out]
+    return O.permute(product, dims=order) if order != list(range(len(out))) else product
+
+
+# ---------------------------------------------------------------- shape and data movement
+
+
+@lowering("Reshape")
+def _lower_reshape(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    shape = [int(d) for d in ctx.np(inputs[1]).reshape(-1)]
+    if not attrs.get("allowzero", 0):
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        shape[shape.index(-1)] = math.prod(x.shape) // known if known else 0
+    return [O.reshape(x, shape=shape)]
+
+
+@lowering("Flatten")
+def _lower_flatten(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    axis = _axis(attrs.get("axis", 1), len(x.shape))
+    return [O.reshape(x, shape=[math.prod(x.shape[:axis]), math.prod(x.shape[axis:])])]
+
+
+@lowering("Transpose")
+def _lower_transpose(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    perm = list(attrs.get("perm", list(range(len(x.shape) - 1, -1, -1))))
+    return [O.permute(x, dims=perm)]
+
+
+def _axes_of(ctx, attrs, inputs):
+    if len(inputs) > 1 and inputs[1] is not None:
+        return [int(a) for a in ctx.np(inputs[1]).reshape(-1)]
+    return list(attrs.get("axes", []))
+
+
+@lowering("Unsqueeze")
+def _lower_unsqueeze(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    axes = _axes_of(ctx, attrs, inputs)
+    rank = len(x.shape) + len(axes)
+    axes = sorted(_axis(a, rank) for a in axes)
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return [O.reshape(x, shape=shape)]
+
+
+@lowering("Squeeze")
+def _lower_squeeze(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    axes = _axes_of(ctx, attrs, inputs)
+    rank = len(x.shape)
+    axes = {_axis(a, rank) for a in axes} if axes else {i for i, d in enumerate(x.shape) if d == 1}
+    return [O.reshape(x, shape=[d for i, d in enumerate(x.shape) if i not in axes])]
+
+
+@lowering("Concat")
+def _lower_concat(ctx, attrs, inputs):
+    tensors = [ctx.t(v) for v in inputs]
+    axis = _axis(attrs["axis"], len(tensors[0].shape))
+    tensors = [t for t in tensors if t.shape[axis] != 0] or tensors[:1]
+    return [O.concat(tensors, dim=axis) if len(tensors) > 1 else tensors[0]]
+
+
+@lowering("Split")
+def _lower_split(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    axis = _axis(attrs.get("axis", 0), len(x.shape))
+    if len(inputs) > 1 and inputs[1] is not None:
+        sizes = [int(s) for s in ctx.np(inputs[1]).reshape(-1)]
+    elif "split" in attrs:
+        sizes = list(attrs["split"])
+    else:
+        parts = attrs.get("num_outputs", ctx.num_outputs)
+        chunk = -(-x.shape[axis] // parts)
+        sizes = [min(chunk, x.shape[axis] - i * chunk) for i in range(parts)]
+    return list(O.split(x, sizes, dim=axis))
+
+
+@lowering("Slice")
+def _lower_slice(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    rank = len(x.shape)
+    starts = ctx.np(inputs[1]).reshape(-1).tolist()
+    ends = ctx.np(inputs[2]).reshape(-1).tolist()
+    axes = ctx.np(inputs[3]).reshape(-1).tolist() if len(inputs) > 3 and inputs[3] is not None \
+        else list(range(len(starts)))
+    steps = ctx.np(inputs[4]).reshape(-1).tolist() if len(inputs) > 4 and inputs[4] is not None \
+        else [1] * len(starts)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis = _axis(int(axis), rank)
+        indices = range(x.shape[axis])[slice(int(start), int(end), int(step))]
+        if step > 0:
+            x = O.slice(x, dim=axis, start=indices.start, stop=max(indices.stop, indices.start), step=step)
+        else:
+            x = _take(ctx, x, list(indices), axis)
+    return [x]
+
+
+def _take(ctx, x, indices: list[int], axis: int):
+    if not indices:
+        shape = list(x.shape)
+        shape[axis] = 0
+        return oar.empty(shape, dtype=_dt(x), device=ctx.device)
+    return O.index_select(x, ctx.t(np.asarray(indices, dtype=np.int64)), dim=axis)
+
+
+@lowering("Gather")
+def _lower_gather(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    axis = _axis(attrs.get("axis", 0), len(x.shape))
+    indices = ctx.t(inputs[1])
+    index_shape = list(indices.shape)
+    flat = O.reshape(O.cast(indices, dtype="int64"), shape=[max(1, math.prod(index_shape))])
+    flat = O.where(O.lt(flat, 0), O.add(flat, x.shape[axis]), flat)
+    taken = O.index_select(x, flat, dim=axis) if math.prod(index_shape) else None
+    shape = list(x.shape[:axis]) + index_shape + list(x.shape[axis + 1:])
+    if taken is None:
+        return [oar.empty(shape, dtype=_dt(x), device=ctx.device)]
+    return [O.reshape(taken, shape=shape)]
+
+
+@lowering("GatherElements")
+def _lower_gather_elements(ctx, attrs, inputs):
+    x, indices = ctx.t(inputs[0]), ctx.t(inputs[1])
+    axis = _axis(attrs.get("axis", 0), len(x.shape))
+    indices = O.cast(indices, dtype="int64")
+    indices = O.where(O.lt(indices, 0), O.add(indices, x.shape[axis]), indices)
+    return [O.gather(x, indices, dim=axis)]
+
+
+@lowering("ScatterElements", "Scatter")
+def _lower_scatter_elements(ctx, attrs, inputs):
+    x, indices, updates = ctx.t(inputs[0]), ctx.t(inputs[1]), ctx.t(inputs[2])
+    axis = _axis(attrs.get("axis", 0), len(x.shape))
+    indices = O.cast(indices, dtype="int64")
+    indices = O.where(O.lt(indices, 0), O.add(indices, x.shape[axis]), indices)
+    reduction = attrs.get("reduction", "none")
+    if reduction == "none":
+        return [O.scatter(x, indices, updates, dim=axis)]
+    if reduction == "add":
+        return [O.scatter_add(x, indices, updates, dim=axis)]
+    raise NotImplementedError(f"ScatterElements reduction={reduction!r}")
+
+
+@lowering("Expand")
+def _lower_expand(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    shape = [int(d) for d in ctx.np(inputs[1]).reshape(-1)]
+    target = list(np.broadcast_shapes(tuple(x.shape), tuple(shape)))
+    return [O.copy(O.expand(x, shape=target))]
+
+
+@lowering("Tile")
+def _lower_tile(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    repeats = [int(r) for r in ctx.np(inputs[1]).reshape(-1)]
+    for axis, count in enumerate(repeats):
+        if count != 1:
+            x = O.concat([x] * count, dim=axis) if count > 0 else _take(ctx, x, [], axis)
+    return [x]
+
+
+@lowering("Shape")
+def _lower_shape(ctx, attrs, inputs):
+    shape = np.asarray(ctx.shape_of(inputs[0]), dtype=np.int64)
+    rank = len(shape)
+    start = attrs.get("start", 0)
+    end = attrs.get("end", rank)
+    return [shape[slice(start, end)]]
+
+
+@lowering("Size")
+def _lower_size(ctx, attrs, inputs):
+    return [np.asarray(math.prod(ctx.shape_of(inputs[0])), dtype=np.int64)]
+
+
+@lowering("ConstantOfShape")
+def _lower_constant_of_shape(ctx, attrs, inputs):
+    shape = [int(d) for d in ctx.np(inputs[0]).reshape(-1)]
+    value = attrs.get("value")
+    fill = np.zeros(1, dtype=np.float32) if value is None else value.reshape(-1)
+    return [oar.full(shape, fill[0].item(), dtype=ctx.numpy_to_oar(fill.dtype), device=ctx.device)]
+
+
+@lowering("Range")
+def _lower_range(ctx, attrs, inputs):
+    start, limit, delta = (ctx.np(v).reshape(()) for v in inputs)
+    return [np.arange(start, limit, delta, dtype=start.dtype)]
+
+
+@lowering("Trilu")
+def _lower_trilu(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    k = int(ctx.np(inputs[1]).reshape(())) if len(inputs) > 1 and inputs[1] is not None else 0
+    fn = O.triu if attrs.get("upper", 1) else O.tril
+    rows, cols = x.shape[-2], x.shape[-1]
+    return [fn(x, diagonal=max(-rows, min(cols, k)))]  # beyond the matrix every k keeps all or nothing
+
+
+@lowering("Dropout")
+def _lower_dropout(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    training = len(inputs) > 2 and inputs[2] is not None and bool(ctx.np(inputs[2]))
+    ratio = float(ctx.np(inputs[1])) if len(inputs) > 1 and inputs[1] is not None else 0.5
+    if training and ratio > 0:
+        raise NotImplementedError("Dropout in training mode (random masks are not reproducible across runtimes)")
+    return [x, oar.full(list(x.shape), True, dtype="bool", device=ctx.device)][:ctx.num_outputs]
+
+
+@lowering("OneHot")
+def _lower_one_hot(ctx, attrs, inputs):
+    indices = O.cast(ctx.t(inputs[0]), dtype="int64")
+    depth = int(ctx.np(inputs[1]).reshape(-1)[0])
+    values = ctx.t(inputs[2])
+    indices = O.where(O.lt(indices, 0), O.add(indices, depth), indices)
+    in_range = O.logical_and(O.ge(indices, 0), O.lt(indices, depth))
+    hot = O.one_hot(O.where(in_range, indices, O.mul(indices, 0)), num_classes=depth)
+    hot = O.logical_and(O.ne(hot, 0), O.reshape(in_range, shape=list(in_range.shape) + [1]))
+    rank = len(indices.shape) + 1
+    axis = _axis(attrs.get("axis", -1), rank)
+    if axis != rank - 1:
+        order = list(range(rank - 1))
+        order.insert(axis, rank - 1)
+        hot = O.permute(hot, dims=order)
+    off, on = O.slice(values, dim=0, start=0, stop=1), O.slice(values, dim=0, start=1, stop=2)
+    return [O.where(hot, O.reshape(on, shape=[]), O.reshape(off, shape=[]))]
+
+
+@lowering("EyeLike")
+def _lower_eye_like(ctx, attrs, inputs):
+    shape = ctx.shape_of(inputs[0])
+    dtype = ctx.oar_dtype(attrs["dtype"]) if "dtype" in attrs else ctx.value_dtype(inputs[0])
+    eye = np.eye(shape[0], shape[1], k=attrs.get("k", 0))
+    return [ctx.t(eye.astype(dtype if dtype != "bool" else np.bool_))]
+
+
+@lowering("SpaceToDepth")
+def _lower_space_to_depth(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    b = attrs["blocksize"]
+    n, c, h, w = x.shape
+    y = O.reshape(x, shape=[n, c, h // b, b, w // b, b])
+    y = O.permute(y, dims=[0, 3, 5, 1, 2, 4])
+    return [O.reshape(y, shape=[n, c * b * b, h // b, w // b])]
+
+
+@lowering("DepthToSpace")
+def _lower_depth_to_space(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    b = attrs["blocksize"]
+    n, c, h, w = x.shape
+    if attrs.get("mode", "DCR") == "DCR":
+        y = O.permute(O.reshape(x, shape=[n, b, b, c // (b * b), h, w]), dims=[0, 3, 4, 1, 5, 2])
+    else:
+        y = O.permute(O.reshape(x, shape=[n, c // (b * b), b, b, h, w]), dims=[0, 1, 4, 2, 5, 3])
+    return [O.reshape(y, shape=[n, c // (b * b), h * b, w * b])]
+
+
+@lowering("CumSum")
+def _lower_cumsum(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    axis = _axis(int(ctx.np(inputs[1]).reshape(())), len(x.shape))
+    n = x.shape[axis]
+    # prefix sums as a matmul with a triangular 0/1 matrix along the axis
+    lower = np.tril(np.ones((n, n)), k=-1 if attrs.get("exclusive", 0) else 0)
+    if attrs.get("reverse", 0):
+        lower = lower[::-1, ::-1]
+    dtype = _dt(x)
+    work = "float64" if dtype in ("int32", "int64", "float64") else "float32"
+    moved = O.transpose(O.cast(x, dtype=work), dim0=axis, dim1=len(x.shape) - 1)
+    summed = O.matmul(moved, ctx.t(np.ascontiguousarray(lower.T).astype(work)))
+    return [O.cast(O.transpose(summed, dim0=axis, dim1=len(x.shape) - 1), dtype=dtype)]
+
+
+@lowering("Pad")
+def _lower_pad(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    rank = len(x.shape)
+    pads = [int(p) for p in ctx.np(inputs[1]).reshape(-1)]
+    value = ctx.np(inputs[2]).reshape(-1)[0].item() if len(inputs) > 2 and inputs[2] is not None \
+        and ctx.np(inputs[2]).size else 0
+    axes = [_axis(int(a), rank) for a in ctx.np(inputs[3]).reshape(-1)] if len(inputs) > 3 and \
+        inputs[3] is not None else list(range(rank))
+    mode = attrs.get("mode", "constant")
+    k = len(axes)
+    for i, axis in enumerate(axes):
+        before, after = pads[i], pads[i + k]
+        if before == 0 and after == 0:
+            continue
+        n = x.shape[axis]
+        if before < 0:
+            x = O.slice(x, dim=axis, start=-before, stop=n)
+            n, before = x.shape[axis], 0
+        if after < 0:
+            x = O.slice(x, dim=axis, start=0, stop=n + after)
+            n, after = x.shape[axis], 0
+        if mode == "constant":
+            parts = []
+            for count in (before, None, after):
+                if count is None:
+                    parts.append(x)
+                elif count:
+                    shape = list(x.shape)
+                    shape[axis] = count
+                    parts.append(oar.full(shape, value, dtype=_dt(x), device=ctx.device))
+            x = O.concat(parts, dim=axis)
+        else:
+            positions = np.arange(-before, n + after)
+            if mode == "edge":
+                index = np.clip(positions, 0, n - 1)
+            elif mode == "reflect":
+                period = 2 * (n - 1) if n > 1 else 1
+                index = np.abs((positions + period * 1000) % period) if n > 1 else np.zeros_like(positions)
+                index = np.where(index >= n, period - index, index)
+            elif mode == "wrap":
+                index = positions % n
+            else:
+                raise NotImplementedError(f"Pad mode {mode!r}")
+            x = _take(ctx, x, index.tolist(), axis)
+    return [x]
+
+
+# ---------------------------------------------------------------- normalization
+
+
+@lowering("LayerNormalization")
+def _lower_layer_norm(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    rank = len(x.shape)
+    axis = _axis(attrs.get("axis", -1), rank)
+    eps = attrs.get("epsilon", 1e-5)
+    scale = ctx.t(inputs[1])
+    bias = ctx.t(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    wide = _wide(x)
+    norm_shape = list(x.shape[axis:])
+    w = O.reshape(O.expand(_wide(scale), shape=norm_shape), shape=norm_shape) if list(scale.shape) != norm_shape \
+        else _wide(scale)
+    b = None if bias is None else (O.copy(O.expand(_wide(bias), shape=norm_shape))
+                                   if list(bias.shape) != norm_shape else _wide(bias))
+    y = O.layer_norm(wide, O.copy(w) if w is not None else None, b, normalized_ndim=rank - axis, eps=eps)
+    outputs = [_narrow(y, _dt(x))]
+    if ctx.num_outputs > 1:
+        dims = list(range(axis, rank))
+        mean = O.mean(wide, dim=dims, keepdim=True)
+        centered = O.sub(wide, mean)
+        inv_std = O.rsqrt(O.add(O.mean(O.mul(centered, centered), dim=dims, keepdim=True), eps))
+        outputs += [mean, inv_std]
+    return outputs[:ctx.num_outputs]
+
+
+@lowering("RMSNormalization")
+def _lower_rms_norm(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    rank = len(x.shape)
+    axis = _axis(attrs.get("axis", -1), rank)
+    eps = attrs.get("epsilon", 1e-5)
+    wide = _wide(x)
+    dims = list(range(axis, rank))
+    inv = O.rsqrt(O.add(O.mean(O.mul(wide, wide), dim=dims, keepdim=True), eps))
+    y = O.mul(O.mul(wide, inv), _wide(ctx.t(inputs[1])))
+    return [_narrow(y, _dt(x))]
+
+
+@lowering("BatchNormalization")
+def _lower_batch_norm(ctx, attrs, inputs):
+    if attrs.get("training_mode", 0):
+        raise NotImplementedError("BatchNormalization with training_mode=1")
+    x, scale, bias, mean, var = (ctx.t(v) for v in inputs[:5])
+    shape = [1, -1] + [1] * (len(x.shape) - 2)
+    shape[1] = x.shape[1]
+    eps = attrs.get("epsilon", 1e-5)
+
+    def per_channel(t):
+        return O.reshape(_wide(t), shape=shape)
+
+    inv = O.rsqrt(O.add(per_channel(var), eps))
+    y = O.add(O.mul(O.mul(O.sub(_wide(x), per_channel(mean)), inv), per_channel(scale)), per_channel(bias))
+    return [_narrow(y, _dt(x))]
+
+
+@lowering("InstanceNormalization")
+def _lower_instance_norm(ctx, attrs, inputs):
+    x, scale, bias = (ctx.t(v) for v in inputs)
+    dims = list(range(2, len(x.shape)))
+    shape = [1, x.shape[1]] + [1] * len(dims)
+    mean = O.mean(x, dim=dims, keepdim=True)
+    centered = O.sub(x, mean)
+    var = O.mean(O.mul(centered, centered), dim=dims, keepdim=True)
+    y = O.mul(centered, O.rsqrt(O.add(var, attrs.get("epsilon", 1e-5))))
+    return [O.add(O.mul(y, O.reshape(scale, shape=shape)), O.reshape(bias, shape=shape))]
+
+
+@lowering("GroupNormalization")
+def _lower_group_norm(ctx, attrs, inputs):
+    x, scale, bias = (ctx.t(v) for v in inputs)
+    groups = attrs["num_groups"]
+    n, c = x.shape[:2]
+    grouped = O.reshape(x, shape=[n, groups, -1] if False else [n, groups, math.prod(x.shape[1:]) // groups])
+    mean = O.mean(grouped, dim=[2], keepdim=True)
+    centered = O.sub(grouped, mean)
+    var = O.mean(O.mul(centered, centered), dim=[2], keepdim=True)
+    y = O.reshape(O.mul(centered, O.rsqrt(O.add(var, attrs.get("epsilon", 1e-5)))), shape=list(x.shape))
+    shape = [1, c] + [1] * (len(x.shape) - 2)
+    return [O.add(O.mul(y, O.reshape(scale, shape=shape)), O.reshape(bias, shape=shape))]
+
+
+@lowering("LpNormalization")
+def _lower_lp_norm(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    axis = _axis(attrs.get("axis", -1), len(x.shape))
+    p = attrs.get("p", 2)
+    norm = O.sum(O.abs(x), dim=[axis], keepdim=True) if p == 1 else \
+        O.sqrt(O.sum(O.mul(x, x), dim=[axis], keepdim=True))
+    return [O.where(O.eq(norm, 0.0), O.mul(x, 0.0), O.div(x, norm))]
+
+
+@lowering("MeanVarianceNormalization")
+def _lower_mvn(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    axes = list(attrs.get("axes", [0, 2, 3]))
+    mean = O.mean(x, dim=axes, keepdim=True)
+    centered = O.sub(x, mean)
+    std = O.sqrt(O.mean(O.mul(centered, centered), dim=axes, keepdim=True))
+    return [O.div(centered, O.add(std, 1e-9))]
+
+
+# ---------------------------------------------------------------- convolution and pooling
+
+
+def _spatial_pads(attrs, x_spatial, kernel, strides, dilations):
+    """Symmetric (begin, end) pads per spatial dim from pads / auto_pad."""
+    n = len(kernel)
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads_begin, pads_end = [], []
+        for size, k, s, d in zip(x_spatial, kernel, strides, dilations):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small, big = total // 2, total - total // 2
+            pads_begin.append(small if auto_pad == "SAME_UPPER" else big)
+            pads_end.append(big if auto_pad == "SAME_UPPER" else small)
+        return pads_begin, pads_end
+    if auto_pad == "VALID":
+        return [0] * n, [0] * n
+    pads = list(attrs.get("pads", [0] * (2 * n)))
+    return pads[:n], pads[n:]
+
+
+def _to_2d(x, n_spatial):
+    """A 1-D spatial tensor as 2-D (a trailing... leading unit spatial dim)."""
+    if n_spatial == 1:
+        return O.reshape(x, shape=list(x.shape[:2]) + [1, x.shape[2]])
+    return x
+
+
+def _pad_spatial(ctx, x, begin, end, value):
+    pads = [0, 0] + list(begin) + [0, 0] + list(end)
+    return _lower_pad(ctx, {"mode": "constant"}, [x, np.asarray(pads, dtype=np.int64),
+                                                   np.asarray([value], dtype=np.float32)])[0]
+
+
+@lowering("Conv")
+def _lower_conv(ctx, attrs, inputs):
+    x, w = ctx.t(inputs[0]), ctx.t(inputs[1])
+    bias = ctx.t(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    n_spatial = len(x.shape) - 2
+    if n_spatial not in (1, 2):
+        raise NotImplementedError(f"Conv over {n_spatial} spatial dims (Oar has conv2d; 1-D runs as 2-D)")
+    kernel = list(w.shape[2:])
+    strides = list(attrs.get("strides", [1] * n_spatial))
+    dilations = list(attrs.get("dilations", [1] * n_spatial))
+    begin, end = _spatial_pads(attrs, x.shape[2:], kernel, strides, dilations)
+    if begin != end:
+        x = _pad_spatial(ctx, x, begin, end, 0.0)
+        begin = [0] * n_spatial
+    if n_spatial == 1:
+        x, w = _to_2d(x, 1), _to_2d(w, 1)
+        strides, dilations, begin = [1] + strides, [1] + dilations, [0] + begin
+    y = _float_math(lambda a, b: O.conv2d(a, b, None, stride=strides, padding=begin, dilation=dilations,
+                                          groups=attrs.get("group", 1)))(x, w)
+    if bias is not None:
+        y = O.add(y, O.reshape(bias, shape=[1, -1 if False else bias.shape[0], 1, 1]))
+    if n_spatial == 1:
+        y = O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]])
+    return [y]
+
+
+def _pool(kind):
+    def lower(ctx, attrs, inputs):
+        x = ctx.t(inputs[0])
+        n_spatial = len(x.shape) - 2
+        if n_spatial not in (1, 2):
+            raise NotImplementedError(f"{ctx.op_type} over {n_spatial} spatial dims")
+        if attrs.get("ceil_mode", 0):
+            raise NotImplementedError(f"{ctx.op_type} with ceil_mode=1")
+        if any(d != 1 for d in attrs.get("dilations", [])):
+            raise NotImplementedError(f"{ctx.op_type} with dilations")
+        if ctx.num_outputs > 1:
+            raise NotImplementedError("MaxPool's Indices output")
+        kernel = list(attrs["kernel_shape"])
+        strides = list(attrs.get("strides", [1] * n_spatial))
+        begin, end = _spatial_pads(attrs, x.shape[2:], kernel, strides, [1] * n_spatial)
+        count_pad = attrs.get("count_include_pad", 0)
+        if n_spatial == 1:
+            x = _to_2d(x, 1)
+            kernel, strides, begin, end = [1] + kernel, [1] + strides, [0] + begin, [0] + end
+        if kind == "max":
+            if begin != end:
+                x = _pad_spatial(ctx, x, begin, end, float("-inf"))
+                begin = [0, 0]
+            y = _float_math(lambda v: O.max_pool2d(v, kernel_size=kernel, stride=strides, padding=begin))(x)
+        else:
+            padded = begin != [0, 0] or end != [0, 0]
+            if padded and count_pad:
+                x = _pad_spatial(ctx, x, begin, end, 0.0)
+            elif padded:
+                # divisor counts only the real cells: pool the values and a mask of ones alike
+                xp = _pad_spatial(ctx, x, begin, end, 0.0)
+                ones = _pad_spatial(ctx, oar.ones(list(x.shape), dtype=_dt(x), device=ctx.device), begin, end, 0.0)
+                s = O.avg_pool2d(xp, kernel_size=kernel, stride=strides)
+                c = O.avg_pool2d(ones, kernel_size=kernel, stride=strides)
+                y = O.div(s, c)
+                return [O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]]) if n_spatial == 1 else y]
+            y = _float_math(lambda v: O.avg_pool2d(v, kernel_size=kernel, stride=strides))(x)
+        if n_spatial == 1:
+            y = O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]])
+        return [y]
+
+    return lower
+
+
+LOWERINGS["MaxPool"] = _pool("max")
+LOWERINGS["AveragePool"] = _pool("avg")
+
+
+@lowering("GlobalAveragePool", "GlobalMaxPool")
+def _lower_global_pool(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    dims = list(range(2, len(x.shape)))
+    fn = O.mean if ctx.op_type == "GlobalAveragePool" else O.max
+    return [_float_math(lambda v: fn(v, dim=dims, keepdim=True))(x)]
+
+
+# ---------------------------------------------------------------- losses and attention
+
+
+@lowering("NegativeLogLikelihoodLoss")
+def _lower_nll(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    target = O.cast(ctx.t(inputs[1]), dtype="int64")
+    weight = ctx.t(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    return [_nll(ctx, x, target, weight, attrs)]
+
+
+def _nll(ctx, x, target, weight, attrs):
+    reduction = attrs.get("reduction", "mean")
+    ignore = attrs.get("ignore_index")
+    valid = O.ne(target, ignore) if ignore is not None else None
+    safe_target = O.where(valid, target, O.mul(target, 0)) if valid is not None else target
+    picked = O.gather(x, O.reshape(safe_target, shape=[target.shape[0], 1] + list(target.shape[1:])), dim=1)
+    picked = O.reshape(picked, shape=list(target.shape))
+    w = O.index_select(weight, O.reshape(safe_target, shape=[max(1, math.prod(target.shape))]), dim=0) \
+        if weight is not None else None
+    if w is not None:
+        w = O.reshape(w, shape=list(target.shape))
+    else:
+        w = oar.ones(list(target.shape), dtype=_dt(x), device=ctx.device)
+    if valid is not None:
+        w = O.where(valid, w, O.mul(w, 0.0))
+    loss = O.neg(O.mul(picked, w))
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return O.sum(loss, dim=[], keepdim=False)
+    return O.div(O.sum(loss, dim=[], keepdim=False), O.sum(w, dim=[], keepdim=False))
+
+
+@lowering("SoftmaxCrossEntropyLoss")
+def _lower_softmax_ce(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    log_prob = _float_math(lambda v: O.log_softmax(v, dim=1))(x)
+    target = O.cast(ctx.t(inputs[1]), dtype="int64")
+    weight = ctx.t(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    loss = _nll(ctx, log_prob, target, weight, attrs)
+    return [loss, log_prob][:ctx.num_outputs]
+
+
+@lowering("Attention")
+def _lower_attention(ctx, attrs, inputs):
+    q, k, v = (ctx.t(t) for t in inputs[:3])
+    mask = inputs[3] if len(inputs) > 3 else None
+    if len(inputs) > 4 and any(t is not None for t in inputs[4:]) or ctx.num_outputs > 1:
+        raise NotImplementedError("Attention with a KV cache (past_key/past_value) or extra outputs")
+    if attrs.get("softcap", 0.0) or attrs.get("qk_matmul_output_mode", 0):
+        raise NotImplementedError("Attention with softcap or qk_matmul_output_mode")
+    three_d = len(q.shape) == 3
+    if three_d:
+        qh, kvh = attrs["q_num_heads"], attrs["kv_num_heads"]
+
+        def heads(t, h):
+            b, s, e = t.shape
+            return O.permute(O.reshape(t, shape=[b, s, h, e // h]), dims=[0, 2, 1, 3])
+
+        q, k, v = heads(q, qh), heads(k, kvh), heads(v, kvh)
+    dtype = _dt(q)
+    q, k, v = _wide(q), _wide(k), _wide(v)
+    b, hq, sq, d = q.shape
+    hk, sk = k.shape[1], k.shape[2]
+    if hq != hk:
+        rep = hq // hk
+
+        def repeat(t):
+            t = O.expand(O.reshape(t, shape=[b, hk, 1, sk, t.shape[3]]), shape=[b, hk, rep, sk, t.shape[3]])
+            return O.reshape(O.copy(t), shape=[b, hq, sk, t.shape[4]])
+
+        k, v = repeat(k), repeat(v)
+    scale = attrs.get("scale", 1.0 / math.sqrt(d))
+    scores = O.mul(O.matmul(q, O.transpose(k, dim0=2, dim1=3)), scale)
+    if attrs.get("is_causal", 0):
+        causal = np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq) if False else np.tril(np.ones((sq, sk), dtype=bool))
+        scores = O.where(ctx.t(causal), scores, float("-inf"))
+    if mask is not None:
+        m = ctx.t(mask)
+        scores = O.where(m, scores, float("-inf")) if _dt(m) == "bool" else O.add(scores, _wide(m))
+    y = O.matmul(O.softmax(scores, dim=3), v)
+    if three_d:
+        y = O.reshape(O.permute(y, dims=[0, 2, 1, 3]), shape=[b, sq, hq * v.shape[3]])
+    return [_narrow(y, dtype)]
