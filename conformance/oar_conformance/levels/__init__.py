@@ -24,7 +24,7 @@ from types import ModuleType
 
 __all__ = ["LEVEL_NAMES", "load", "load_all", "parse_levels"]
 
-LEVEL_NAMES = ("abi", "ops", "models", "collectives")
+LEVEL_NAMES = ("abi", "ops", "models", "collectives", "onnx")
 
 
 def load(name: str) -> ModuleType:

@@ -370,6 +370,11 @@ def _reducer(kind):
         keep = bool(attrs.get("keepdims", 1))
         if axes is None:
             return [_REDUCE_IDENTITY[kind](x)]
+        if _dt(x) == "bool" and kind in ("max", "min"):  # any / all
+            as_int = O.cast(x, dtype="int32")
+            if any(x.shape[a] == 0 for a in axes):
+                return [O.cast(_empty_reduce(ctx, kind, as_int, axes, keep), dtype="bool")]
+            return [O.cast(_REDUCERS[kind](as_int, axes, keep), dtype="bool")]
         if any(x.shape[a] == 0 for a in axes) or rank == 0:
             return [_empty_reduce(ctx, kind, x, axes, keep)]
         return [_REDUCERS[kind](x, axes, keep)]
@@ -1038,7 +1043,7 @@ def _pool(kind):
             x = _to_2d(x, 1)
             kernel, strides, begin, end = [1] + kernel, [1] + strides, [0] + begin, [0] + end
         if kind == "max":
-            if begin != end:
+            if begin != end or any(2 * p > k for p, k in zip(begin, kernel)):
                 x = _pad_spatial(ctx, x, begin, end, float("-inf"))
                 begin = [0, 0]
             y = _float_math(lambda v: O.max_pool2d(v, kernel_size=kernel, stride=strides, padding=begin))(x)

@@ -140,6 +140,12 @@ class InferenceSession:
             value = input_feed[arg.name]
             if not isinstance(value, oar.Tensor):
                 value = np.asarray(value)
+                if value.dtype == object:  # a list of Python numbers: typed as the model declares
+                    try:
+                        value = value.astype(numpy_dtype(arg.elem_type))
+                    except (TypeError, ValueError) as error:
+                        raise OnnxInputError(f"{self.model_name}: input {arg.name!r} holds Python objects that are "
+                                             f"not {arg.type}: {error}") from None
             dtype = str(value.dtype) if isinstance(value, oar.Tensor) else np.dtype(value.dtype).name
             want = oar_dtype(arg.elem_type)
             want_np = numpy_dtype(arg.elem_type).name
