@@ -67,7 +67,7 @@ def model_name(source) -> str:
     if isinstance(source, (str, os.PathLike)):
         return os.fspath(source)
     if isinstance(source, onnx.ModelProto):
-        return source.graph.name or "<ModelProto>"
+        return f"model '{source.graph.name}'" if source.graph.name else "<ModelProto>"
     return "<bytes>"
 
 
@@ -81,6 +81,8 @@ def load_model(source) -> tuple[onnx.ModelProto, str]:
             model = onnx.load_model_from_string(bytes(source))
         except (DecodeError, RuntimeError, ValueError) as error:
             raise OnnxModelError(f"{name}: not a valid ONNX model ({len(source)} bytes): {error}") from None
+        if model.graph.name:
+            name = f"model '{model.graph.name}'"
     elif isinstance(source, (str, os.PathLike)):
         if not os.path.isfile(source):
             raise OnnxModelError(f"{name}: no such model file")
