@@ -35,6 +35,7 @@ DEMO_ENV := $(if $(filter opencl,$(DEVICE)),,OAR_REFCPU_DEVICE_TYPE=$(DEVICE))
 demo: install
 	$(DEMO_ENV) $(VENV)/bin/oar info
 	$(DEMO_ENV) $(PY) examples/demo.py --device $(DEVICE)
+	$(DEMO_ENV) $(PY) examples/onnx_demo.py --device $(DEVICE)
 	$(DEMO_ENV) $(PY) examples/train_llama.py --device $(DEVICE)
 	$(DEMO_ENV) $(PY) examples/compile_llama.py --device $(DEVICE)
 	$(DEMO_ENV) $(PY) examples/train_ddp_compare.py --device $(DEVICE)
