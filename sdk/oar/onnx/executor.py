@@ -27,7 +27,8 @@ _NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifo
 # ops whose outputs the plan knows on the host whatever their input (only its shape is read)
 _SHAPE_ONLY = {"Shape", "Size"}
 _NUMPY_TO_OAR = {"float32": "float32", "float64": "float64", "float16": "float16", "int8": "int8",
-                 "int32": "int32", "int64": "int64", "bool": "bool"}
+                 "int32": "int32", "int64": "int64", "bool": "bool",
+                 "uint8": "int32", "int16": "int32", "uint16": "int32", "uint32": "int64", "uint64": "int64"}
 
 
 @dataclass
@@ -168,7 +169,9 @@ class Context:
             hit = cache.get(id(value))
             if hit is not None and hit[0] is value:
                 return hit[1]
-        tensor = oar.tensor(value, dtype=self.numpy_to_oar(value.dtype), device=self.device)
+        dtype = self.numpy_to_oar(value.dtype)
+        tensor = oar.tensor(value if value.dtype.name == dtype else value.astype(dtype), dtype=dtype,
+                            device=self.device)
         self.plan.uploads[id(value)] = (value, tensor)
         return tensor
 
@@ -184,6 +187,15 @@ class Context:
         if dtype is None:
             raise NotImplementedError(f"type {onnx.helper.tensor_dtype_to_string(elem_type)} has no Oar dtype")
         return dtype
+
+    def elem_type_of(self, name: str) -> int:
+        """The ONNX element type of the graph value ``name`` (as inferred at load, else from its data)."""
+        elem = self.executor.value_types.get(name)
+        if elem:
+            return elem
+        value = self.env[name]
+        dtype = value.dtype if isinstance(value, np.ndarray) else np.dtype(str(value.dtype))
+        return onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
     def numpy_to_oar(self, dtype) -> str:
         name = np.dtype(dtype).name
@@ -206,6 +218,7 @@ class Executor:
         self.device = device
         self.model_name = model_name
         self.uploads: dict[int, tuple[np.ndarray, Any]] = {}
+        self.value_types: dict[str, int] = {}  # ONNX element types shape inference gave each value
 
     def upload_initializers(self) -> None:
         """Initializers a device op may read go to the device once, at load."""

@@ -12,6 +12,7 @@ import math
 from typing import Any, Callable
 
 import numpy as np
+import onnx
 
 import oar
 from oar import ops as O
@@ -263,22 +264,34 @@ def _lower_identity(ctx, attrs, inputs):
     return [inputs[0]]
 
 
+# (bits, signed) of the ONNX integer types Oar holds widened: a Cast into one wraps modulo 2**bits
+_WRAPPED = {onnx.TensorProto.UINT8: (8, False), onnx.TensorProto.INT16: (16, True),
+            onnx.TensorProto.UINT16: (16, False), onnx.TensorProto.UINT32: (32, False)}
+
+
 @lowering("Cast")
 def _lower_cast(ctx, attrs, inputs):
-    return [_cast(ctx, inputs[0], ctx.oar_dtype(attrs["to"]))]
+    return [_cast(ctx, inputs[0], attrs["to"])]
 
 
 @lowering("CastLike")
 def _lower_castlike(ctx, attrs, inputs):
-    return [_cast(ctx, inputs[0], ctx.value_dtype(inputs[1]))]
+    return [_cast(ctx, inputs[0], ctx.elem_type_of(ctx.node.inputs[1]))]
 
 
-def _cast(ctx, value, dtype: str):
+def _cast(ctx, value, elem_type: int):
     x = ctx.t(value)
-    if _is_float(x) and dtype in ("int8", "int32", "int64"):
-        # ONNX leaves out-of-range float->int undefined; NaN and Inf have no integer
-        return [O.cast(x, dtype=dtype)][0]
-    return O.cast(x, dtype=dtype)
+    dtype = ctx.oar_dtype(elem_type)
+    y = O.cast(x, dtype=dtype)
+    if elem_type in _WRAPPED and _dt(x) != "bool":
+        bits, signed = _WRAPPED[elem_type]
+        modulus = float(2 ** bits)
+        wide = O.cast(y, dtype="float64")
+        wrapped = O.sub(wide, O.mul(_floor(O.div(wide, modulus)), modulus))
+        if signed:
+            wrapped = O.where(O.ge(wrapped, modulus / 2), O.sub(wrapped, modulus), wrapped)
+        y = O.cast(wrapped, dtype=dtype)
+    return y
 
 
 # ---------------------------------------------------------------- activations

@@ -24,6 +24,15 @@ OAR_DTYPE_OF_ONNX = {
     TensorProto.INT64: "int64",
     TensorProto.BOOL: "bool",
 }
+# ONNX integer types Oar has no dtype for, held in a wider signed integer: values are exact while
+# they fit; Cast into them wraps as ONNX does; run() returns them in their own numpy dtype.
+WIDENED_ONNX = {
+    TensorProto.UINT8: "int32",
+    TensorProto.INT16: "int32",
+    TensorProto.UINT16: "int32",
+    TensorProto.UINT32: "int64",
+    TensorProto.UINT64: "int64",
+}
 ONNX_TYPE_NAME = {v: "tensor(" + k.lower() + ")" for k, v in TensorProto.DataType.items()}
 
 
@@ -128,8 +137,8 @@ def _upgrade_opset(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
 
 
 def oar_dtype(elem_type: int) -> str | None:
-    """The oar dtype name of an ONNX element type, or None where Oar has no such dtype."""
-    return OAR_DTYPE_OF_ONNX.get(elem_type)
+    """The oar dtype that holds an ONNX element type (its own, or a wider integer), or None."""
+    return OAR_DTYPE_OF_ONNX.get(elem_type) or WIDENED_ONNX.get(elem_type)
 
 
 def numpy_dtype(elem_type: int) -> np.dtype:

@@ -41,6 +41,7 @@ class InferenceSession:
         if problems:
             raise format_unsupported(self.model_name, problems)
         self._executor = Executor(self._graph, self.device, self.model_name)
+        self._executor.value_types = value_types
         self._executor.upload_initializers()
         self._plans = PlanCache(max_plans)
         self._lock = threading.Lock()
@@ -67,9 +68,14 @@ class InferenceSession:
         self._check_output_names(output_names)
         tensors = {}
         for name, value in self._check_feed(input_feed).items():
-            tensors[name] = oar.tensor(value, dtype=oar_dtype(self._arg(name).elem_type), device=self.device)
+            dtype = oar_dtype(self._arg(name).elem_type)
+            if isinstance(value, np.ndarray) and value.dtype.name != dtype and dtype.startswith("int"):
+                value = value.astype(dtype)  # a narrower or unsigned integer held widened
+            tensors[name] = oar.tensor(value, dtype=dtype, device=self.device)
         outputs = self._run(tensors)
-        return [self._to_numpy(outputs[name]) for name in (output_names or [o.name for o in self._outputs])]
+        declared = {o.name: numpy_dtype(o.elem_type) for o in self._outputs}
+        return [self._to_numpy(outputs[name], declared[name])
+                for name in (output_names or [o.name for o in self._outputs])]
 
     def run_tensors(self, input_feed: dict[str, "oar.Tensor"], output_names: Sequence[str] | None = None
                     ) -> list["oar.Tensor"]:
@@ -100,8 +106,9 @@ class InferenceSession:
         feeds = dict(zip((arg.name for arg in self._inputs), args))
         return tuple(self._executor.run_graph(self._graph, feeds, self._plan))
 
-    def _to_numpy(self, value) -> np.ndarray:
-        return value if isinstance(value, np.ndarray) else value.numpy()
+    def _to_numpy(self, value, dtype: np.dtype) -> np.ndarray:
+        array = value if isinstance(value, np.ndarray) else value.numpy()
+        return array.astype(dtype) if array.dtype != dtype and dtype.kind in "iub" else array
 
     def _to_tensor(self, value):
         return oar.tensor(value, device=self.device) if isinstance(value, np.ndarray) else value
