@@ -1177,3 +1177,164 @@ def _lower_attention(ctx, attrs, inputs):
     if three_d:
         y = O.reshape(O.permute(y, dims=[0, 2, 1, 3]), shape=[b, sq, hq * v.shape[3]])
     return [_narrow(y, dtype)]
+
+
+# ---------------------------------------------------------------- resampling and indexed updates
+
+
+@lowering("Resize")
+def _lower_resize(ctx, attrs, inputs):
+    """Separable: per resized axis, a matmul with the (out x in) interpolation matrix, which onnx's
+    reference Resize gives by resampling an identity matrix along that axis (data-independent)."""
+    x = ctx.t(inputs[0])
+    rank = len(x.shape)
+    if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        raise NotImplementedError("Resize with tf_crop_and_resize")
+    if attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise NotImplementedError("Resize with keep_aspect_ratio_policy")
+    axes = [_axis(a, rank) for a in attrs.get("axes", range(rank))]
+    scales = ctx.np(inputs[2]).reshape(-1).tolist() if len(inputs) > 2 and inputs[2] is not None and \
+        ctx.np(inputs[2]).size else None
+    sizes = ctx.np(inputs[3]).reshape(-1).tolist() if len(inputs) > 3 and inputs[3] is not None else None
+    dtype = _dt(x)
+    work = _wide(x) if _is_float(x) else O.cast(x, dtype="float32")
+    for k, axis in enumerate(axes):
+        n_in = x.shape[axis]
+        if sizes is not None:
+            if int(sizes[k]) == n_in:
+                continue
+            spec = {"sizes": np.asarray([int(sizes[k]), n_in], dtype=np.int64)}
+        else:
+            if float(scales[k]) == 1.0:
+                continue
+            spec = {"scales": np.asarray([float(scales[k]), 1.0], dtype=np.float32)}
+        matrix = _interpolation_matrix(attrs, n_in, spec)
+        moved = O.transpose(work, dim0=axis, dim1=rank - 1) if axis != rank - 1 else work
+        moved = O.matmul(moved, ctx.t(np.ascontiguousarray(matrix.T).astype(_dt(work))))
+        work = O.transpose(moved, dim0=axis, dim1=rank - 1) if axis != rank - 1 else moved
+    if _is_float(x):
+        return [_narrow(work, dtype)]
+    return [O.cast(_floor(O.add(work, 0.5)), dtype=dtype)]
+
+
+def _interpolation_matrix(attrs, n_in: int, spec: dict) -> np.ndarray:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = {"scales": ["x", "", "scales"], "sizes": ["x", "", "", "sizes"]}
+    kept = {k: v for k, v in attrs.items() if k not in ("axes",)}
+    node = helper.make_node("Resize", names[next(iter(spec))], ["y"], **kept)
+    graph = helper.make_graph([node], "interpolation",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.DOUBLE, None),
+                               helper.make_tensor_value_info(next(iter(spec)), onnx.TensorProto.FLOAT
+                                                             if "scales" in spec else onnx.TensorProto.INT64, None)],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.DOUBLE, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    # column j of the identity resampled along axis 0 is the weight row of input j
+    (matrix,) = ReferenceEvaluator(model).run(None, {"x": np.eye(n_in), **spec})
+    return np.asarray(matrix)[:, :n_in] if matrix.ndim == 2 else matrix
+
+
+@lowering("CumProd")
+def _lower_cumprod(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    axis = _axis(int(ctx.np(inputs[1]).reshape(())), len(x.shape))
+    n = x.shape[axis]
+    order = list(range(n - 1, -1, -1)) if attrs.get("reverse", 0) else list(range(n))
+    pieces, running = {}, None
+    for i in order:
+        piece = O.slice(x, dim=axis, start=i, stop=i + 1)
+        if attrs.get("exclusive", 0):
+            pieces[i] = O.add(O.mul(piece, 0), 1) if running is None else running
+            running = piece if running is None else O.mul(running, piece)
+        else:
+            running = piece if running is None else O.mul(running, piece)
+            pieces[i] = running
+    return [O.concat([pieces[i] for i in range(n)], dim=axis) if n > 1 else pieces[0]]
+
+
+@lowering("ScatterND")
+def _lower_scatter_nd(ctx, attrs, inputs):
+    data, indices, updates = ctx.t(inputs[0]), ctx.t(inputs[1]), ctx.t(inputs[2])
+    if attrs.get("reduction", "none") not in ("none", "add"):
+        raise NotImplementedError(f"ScatterND reduction={attrs['reduction']!r}")
+    k = indices.shape[-1]
+    lead, rest = list(data.shape[:k]), list(data.shape[k:])
+    rows, width = math.prod(lead), max(1, math.prod(rest))
+    strides = np.asarray([math.prod(lead[i + 1:]) for i in range(k)], dtype=np.int64)
+    idx = O.cast(indices, dtype="int64")
+    idx = O.where(O.lt(idx, 0), O.add(idx, ctx.t(np.asarray(lead, dtype=np.int64))), idx)
+    linear = O.sum(O.mul(idx, ctx.t(strides)), dim=[len(indices.shape) - 1], keepdim=False)
+    count = max(1, math.prod(indices.shape[:-1]))
+    linear = O.copy(O.expand(O.reshape(linear, shape=[count, 1]), shape=[count, width]))
+    flat = O.reshape(data, shape=[rows, width])
+    source = O.reshape(updates, shape=[count, width])
+    fn = O.scatter_add if attrs.get("reduction", "none") == "add" else O.scatter
+    return [O.reshape(fn(flat, linear, source, dim=0), shape=list(data.shape))]
+
+
+@lowering("ConvTranspose")
+def _lower_conv_transpose(ctx, attrs, inputs):
+    """conv2d of the input with (stride - 1) zeros between elements, padded by dilation * (k - 1) - pad,
+    and the kernel flipped with its channel dims swapped (per group)."""
+    x, w = ctx.t(inputs[0]), ctx.t(inputs[1])
+    bias = ctx.t(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    n_spatial = len(x.shape) - 2
+    if n_spatial not in (1, 2):
+        raise NotImplementedError(f"ConvTranspose over {n_spatial} spatial dims")
+    if n_spatial == 1:
+        x, w = _to_2d(x, 1), _to_2d(w, 1)
+        attrs = {k: ([1] + list(v) if k in ("strides", "dilations", "output_padding", "kernel_shape",
+                                            "output_shape") else ([0] + list(v[:1]) + [0] + list(v[1:])
+                                                                  if k == "pads" else v))
+                 for k, v in attrs.items()}
+    groups = attrs.get("group", 1)
+    c_in, c_out_g, kh, kw = w.shape
+    kernel = [kh, kw]
+    strides = list(attrs.get("strides", [1, 1]))
+    dilations = list(attrs.get("dilations", [1, 1]))
+    out_pad = list(attrs.get("output_padding", [0, 0]))
+    size = list(x.shape[2:])
+    if "output_shape" in attrs:
+        out = list(attrs["output_shape"])[-2:]
+        total = [s * (i - 1) + op + (k - 1) * d + 1 - o
+                 for s, i, op, k, d, o in zip(strides, size, out_pad, kernel, dilations, out)]
+        upper = attrs.get("auto_pad", "NOTSET") == "SAME_UPPER"
+        begin = [t // 2 if upper else t - t // 2 for t in total]
+        end = [t - t // 2 if upper else t // 2 for t in total]
+    elif attrs.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+        total = [max(0, s * (i - 1) + op + (k - 1) * d + 1 - i * s)
+                 for s, i, op, k, d in zip(strides, size, out_pad, kernel, dilations)]
+        upper = attrs["auto_pad"] == "SAME_UPPER"
+        begin = [t // 2 if upper else t - t // 2 for t in total]
+        end = [t - t // 2 if upper else t // 2 for t in total]
+    else:
+        pads = list(attrs.get("pads", [0, 0, 0, 0]))
+        begin, end = pads[:2], pads[2:]
+    work = _wide(x)
+    n, c = work.shape[:2]
+    if strides != [1, 1]:
+        h, wd = work.shape[2:]
+        grid = O.reshape(work, shape=[n, c, h, 1, wd, 1])
+        zeros = oar.zeros([n, c, h, strides[0], wd, strides[1]], dtype=_dt(work), device=ctx.device)
+        grid = O.add(zeros, grid)  # each element at the corner of its stride cell
+        mask = np.zeros((1, 1, 1, strides[0], 1, strides[1]), dtype=np.dtype(_dt(work)))
+        mask[..., 0, :, 0] = 1
+        grid = O.mul(grid, ctx.t(mask))
+        work = O.reshape(grid, shape=[n, c, h * strides[0], wd * strides[1]])
+        work = O.slice(O.slice(work, dim=2, start=0, stop=(h - 1) * strides[0] + 1), dim=3, start=0,
+                       stop=(wd - 1) * strides[1] + 1)
+    pad_begin = [d * (k - 1) - p for d, k, p in zip(dilations, kernel, begin)]
+    pad_end = [d * (k - 1) - p + op for d, k, p, op in zip(dilations, kernel, end, out_pad)]
+    pads = np.asarray([0, 0] + pad_begin + [0, 0] + pad_end, dtype=np.int64)
+    work = _lower_pad(ctx, {"mode": "constant"}, [work, pads, np.asarray([0.0], dtype=np.float32)])[0]
+    flipped = O.index_select(O.index_select(_wide(w), ctx.t(np.arange(kh - 1, -1, -1)), dim=2),
+                             ctx.t(np.arange(kw - 1, -1, -1)), dim=3)
+    flipped = O.reshape(O.permute(O.reshape(flipped, shape=[groups, c_in // groups, c_out_g, kh, kw]),
+                                  dims=[0, 2, 1, 3, 4]), shape=[groups * c_out_g, c_in // groups, kh, kw])
+    y = O.conv2d(work, O.copy(flipped), None, stride=[1, 1], padding=[0, 0], dilation=dilations, groups=groups)
+    if bias is not None:
+        y = O.add(y, O.reshape(_wide(bias), shape=[1, bias.shape[0], 1, 1]))
+    if n_spatial == 1:
+        y = O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]])
+    return [_narrow(y, _dt(x))]
