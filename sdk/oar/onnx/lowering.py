@@ -1138,45 +1138,94 @@ def _lower_softmax_ce(ctx, attrs, inputs):
 
 @lowering("Attention")
 def _lower_attention(ctx, attrs, inputs):
+    """softmax(Q K^T * scale + bias) V with ONNX's bias: the attention mask (bool or additive), causal
+    and sliding-window frontiers aligned bottom-right to a KV cache (past_key/past_value, or
+    nonpad_kv_seqlen), softcap, grouped KV heads; fully masked rows give 0."""
+    def opt(i):
+        return inputs[i] if len(inputs) > i and inputs[i] is not None else None
+
     q, k, v = (ctx.t(t) for t in inputs[:3])
-    mask = inputs[3] if len(inputs) > 3 else None
-    if len(inputs) > 4 and any(t is not None for t in inputs[4:]) or ctx.num_outputs > 1:
-        raise NotImplementedError("Attention with a KV cache (past_key/past_value) or extra outputs")
-    if attrs.get("softcap", 0.0) or attrs.get("qk_matmul_output_mode", 0):
-        raise NotImplementedError("Attention with softcap or qk_matmul_output_mode")
+    mask, past_k, past_v, nonpad = opt(3), opt(4), opt(5), opt(6)
+    dtype = _dt(q)
     three_d = len(q.shape) == 3
     if three_d:
-        qh, kvh = attrs["q_num_heads"], attrs["kv_num_heads"]
-
         def heads(t, h):
-            b, s, e = t.shape
-            return O.permute(O.reshape(t, shape=[b, s, h, e // h]), dims=[0, 2, 1, 3])
+            b, s_, e = t.shape
+            return O.permute(O.reshape(t, shape=[b, s_, h, e // h]), dims=[0, 2, 1, 3])
 
-        q, k, v = heads(q, qh), heads(k, kvh), heads(v, kvh)
-    dtype = _dt(q)
+        q, k, v = heads(q, attrs["q_num_heads"]), heads(k, attrs["kv_num_heads"]), heads(v, attrs["kv_num_heads"])
     q, k, v = _wide(q), _wide(k), _wide(v)
+    if past_k is not None:
+        k = O.concat([_wide(ctx.t(past_k)), k], dim=2)
+        v = O.concat([_wide(ctx.t(past_v)), v], dim=2)
+    present_k, present_v = k, v
     b, hq, sq, d = q.shape
-    hk, sk = k.shape[1], k.shape[2]
+    hk, skv = k.shape[1], k.shape[2]
+    work = _dt(q)
+    # the structural bias, known on the host: causal and window frontiers, padding of the cache
+    past_len = past_k.shape[2] if past_k is not None else 0
+    offset = np.asarray(past_len)
+    if past_k is None and nonpad is not None:
+        offset = ctx.np(nonpad).reshape(-1).astype(np.int64) - sq
+    i_idx, j_idx = np.arange(sq).reshape(sq, 1), np.arange(skv).reshape(1, skv)
+    diff = (i_idx + offset.reshape(-1, 1, 1)) - j_idx if offset.ndim else (i_idx + int(offset)) - j_idx
+    allowed = np.ones(diff.shape, dtype=bool)
+    if attrs.get("is_causal", 0):
+        allowed &= diff >= 0
+    left, right = attrs.get("left_window_size", -1), attrs.get("right_window_size", -1)
+    if left >= 0:
+        allowed &= diff <= left
+    if right >= 0:
+        allowed &= -diff <= right
+    if nonpad is not None:
+        lengths = ctx.np(nonpad).reshape(-1, 1, 1)
+        allowed = allowed & (np.arange(skv).reshape(1, 1, skv) < lengths)
+    structural = np.where(allowed, 0.0, -np.inf).astype(work)
+    if structural.ndim == 3:
+        structural = structural.reshape(structural.shape[0], 1, sq, skv)
+    bias = ctx.t(structural)
+    if mask is not None:
+        m = ctx.t(mask)
+        if m.shape[-1] < skv:
+            shape = list(m.shape)
+            shape[-1] = skv - m.shape[-1]
+            fill = False if _dt(m) == "bool" else float("-inf")
+            m = O.concat([m, oar.full(shape, fill, dtype=_dt(m), device=ctx.device)], dim=len(shape) - 1)
+        m = O.where(m, 0.0, float("-inf")) if _dt(m) == "bool" else _wide(m)
+        bias = O.add(O.cast(m, dtype=work), bias)
     if hq != hk:
         rep = hq // hk
 
         def repeat(t):
-            t = O.expand(O.reshape(t, shape=[b, hk, 1, sk, t.shape[3]]), shape=[b, hk, rep, sk, t.shape[3]])
-            return O.reshape(O.copy(t), shape=[b, hq, sk, t.shape[4]])
+            e = t.shape[3]
+            t = O.expand(O.reshape(t, shape=[b, hk, 1, skv, e]), shape=[b, hk, rep, skv, e])
+            return O.reshape(O.copy(t), shape=[b, hq, skv, e])
 
         k, v = repeat(k), repeat(v)
-    scale = attrs.get("scale", 1.0 / math.sqrt(d))
-    scores = O.mul(O.matmul(q, O.transpose(k, dim0=2, dim1=3)), scale)
-    if attrs.get("is_causal", 0):
-        causal = np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq) if False else np.tril(np.ones((sq, sk), dtype=bool))
-        scores = O.where(ctx.t(causal), scores, float("-inf"))
-    if mask is not None:
-        m = ctx.t(mask)
-        scores = O.where(m, scores, float("-inf")) if _dt(m) == "bool" else O.add(scores, _wide(m))
-    y = O.matmul(O.softmax(scores, dim=3), v)
+    scale = math.sqrt(attrs.get("scale", 1.0 / math.sqrt(d)))
+    scores = O.matmul(O.mul(q, scale), O.transpose(O.mul(k, scale), dim0=2, dim1=3))
+    mode = attrs.get("qk_matmul_output_mode", 0)
+    softcap = attrs.get("softcap", 0.0)
+    if softcap > 0:
+        scores = O.mul(O.tanh(O.div(scores, softcap)), softcap)
+    qk_output = scores
+    with_bias = O.add(scores, bias)
+    if mode == 2:
+        qk_output = with_bias
+    peak = O.max(with_bias, dim=[3], keepdim=True)
+    peak = O.where(O.eq(peak, float("-inf")), O.mul(peak, 0.0), peak)
+    exp = O.exp(O.sub(with_bias, peak))
+    total = O.sum(exp, dim=[3], keepdim=True)
+    probs = O.div(exp, O.where(O.eq(total, 0.0), O.add(total, 1.0), total))
+    row_masked = O.eq(O.max(O.add(O.mul(scores, 0.0), bias), dim=[3], keepdim=True), float("-inf"))
+    probs = O.where(row_masked, O.mul(probs, 0.0), probs)
+    if mode == 3:
+        qk_output = probs
+    y = O.matmul(probs, v)
     if three_d:
         y = O.reshape(O.permute(y, dims=[0, 2, 1, 3]), shape=[b, sq, hq * v.shape[3]])
-    return [_narrow(y, dtype)]
+    outputs = [_narrow(y, dtype), _narrow(present_k, dtype), _narrow(present_v, dtype), _narrow(qk_output, dtype)]
+    return outputs[:ctx.num_outputs]
 
 
 # ---------------------------------------------------------------- resampling and indexed updates
