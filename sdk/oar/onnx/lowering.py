@@ -1387,3 +1387,83 @@ def _lower_conv_transpose(ctx, attrs, inputs):
     if n_spatial == 1:
         y = O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]])
     return [_narrow(y, _dt(x))]
+
+
+# (bits, signed) of the ONNX integer types BitShift takes (64-bit ones need more than float64's 53 bits)
+_SHIFT_TYPES = {onnx.TensorProto.UINT8: (8, False), onnx.TensorProto.UINT16: (16, False),
+                onnx.TensorProto.UINT32: (32, False), onnx.TensorProto.INT8: (8, True),
+                onnx.TensorProto.INT16: (16, True), onnx.TensorProto.INT32: (32, True)}
+
+
+@lowering("BitShift")
+def _lower_bitshift(ctx, attrs, inputs):
+    """Shifts as float64 arithmetic: x * 2**n wrapped to the type's width (two's complement for signed),
+    or floor(x / 2**n); a shift outside [0, width) gives 0 (or -1 for a negative x shifted right)."""
+    x, n = ctx.t(inputs[0]), ctx.t(inputs[1])
+    kind = _SHIFT_TYPES.get(ctx.elem_type_of(ctx.node.inputs[0]))
+    if kind is None:
+        raise NotImplementedError("BitShift on 64-bit integers (float64 holds 53 bits exactly)")
+    bits, signed = kind
+    dtype = _dt(x)
+    fx, fn = O.cast(x, dtype="float64"), O.cast(n, dtype="float64")
+    out_of_range = O.logical_or(O.lt(fn, 0.0), O.ge(fn, float(bits)))
+    safe_n = O.where(out_of_range, O.mul(fn, 0.0), fn)
+    power = O.pow(O.add(O.mul(safe_n, 0.0), 2.0), safe_n)
+    if attrs["direction"] == "LEFT":
+        shifted = O.mul(fx, power)
+        modulus = float(2 ** bits)
+        result = O.sub(shifted, O.mul(_floor(O.div(shifted, modulus)), modulus))
+        if signed:
+            result = O.where(O.ge(result, modulus / 2), O.sub(result, modulus), result)
+        result = O.where(out_of_range, O.mul(fx, 0.0), result)
+    else:
+        result = _floor(O.div(fx, power))
+        overflow = O.where(O.lt(fx, 0.0), O.add(O.mul(fx, 0.0), -1.0), O.mul(fx, 0.0))
+        result = O.where(out_of_range, overflow, result)
+    return [O.cast(result, dtype=dtype)]
+
+
+@lowering("TopK")
+def _lower_topk(ctx, attrs, inputs):
+    """k rounds of argmax along the axis, each masking its winner (ties: the lower index first)."""
+    x = ctx.t(inputs[0])
+    k = int(ctx.np(inputs[1]).reshape(-1)[0])
+    rank = len(x.shape)
+    axis = _axis(attrs.get("axis", -1), rank)
+    largest = attrs.get("largest", 1)
+    work = O.cast(x, dtype="float64")
+    work = work if largest else O.neg(work)
+    n = x.shape[axis]
+    positions = ctx.t(np.arange(n, dtype=np.int64).reshape([n if a == axis else 1 for a in range(rank)]))
+    values, indices = [], []
+    for _ in range(k):
+        index = O.argmax(work, dim=axis, keepdim=True)
+        values.append(O.gather(x, index, dim=axis))
+        indices.append(index)
+        work = O.where(O.eq(positions, index), float("-inf"), work)
+    if k == 0:
+        shape = list(x.shape)
+        shape[axis] = 0
+        return [oar.empty(shape, dtype=_dt(x), device=ctx.device),
+                oar.empty(shape, dtype="int64", device=ctx.device)]
+    return [O.concat(values, dim=axis) if k > 1 else values[0], O.concat(indices, dim=axis) if k > 1 else indices[0]]
+
+
+@lowering("DequantizeLinear")
+def _lower_dequantize(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    scale = ctx.t(inputs[1])
+    zero = ctx.t(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
+    if attrs.get("block_size", 0):
+        raise NotImplementedError("DequantizeLinear with block_size")
+    rank = len(x.shape)
+    shape = [1] * rank
+    if len(scale.shape) == 1 and scale.shape[0] > 1:
+        shape[_axis(attrs.get("axis", 1), rank)] = scale.shape[0]
+    else:
+        shape = [1] * rank if len(scale.shape) <= 1 else list(scale.shape)
+    fx = O.cast(x, dtype="float32")
+    if zero is not None:
+        fx = O.sub(fx, O.reshape(O.cast(zero, dtype="float32"), shape=shape))
+    y = O.mul(fx, O.reshape(_wide(scale), shape=shape))
+    return [_narrow(y, _dt(scale))]
