@@ -1467,3 +1467,99 @@ def _lower_dequantize(ctx, attrs, inputs):
         fx = O.sub(fx, O.reshape(O.cast(zero, dtype="float32"), shape=shape))
     y = O.mul(fx, O.reshape(_wide(scale), shape=shape))
     return [_narrow(y, _dt(scale))]
+
+
+def _bits_of(ctx, name: str) -> tuple[int, bool]:
+    elem = ctx.elem_type_of(name)
+    if elem not in _SHIFT_TYPES:
+        raise NotImplementedError("bitwise ops on other than 8/16/32-bit integers")
+    return _SHIFT_TYPES[elem]
+
+
+def _bitwise(combine):
+    def lower(ctx, attrs, inputs):
+        """Bit by bit in float64 on the two's-complement pattern: sum of combine(bit_a, bit_b) * 2**i."""
+        a, b = ctx.t(inputs[0]), ctx.t(inputs[1])
+        bits, signed = _bits_of(ctx, ctx.node.inputs[0])
+        modulus = float(2 ** bits)
+        fa, fb = O.cast(a, dtype="float64"), O.cast(b, dtype="float64")
+        fa = O.where(O.lt(fa, 0.0), O.add(fa, modulus), fa)  # the unsigned pattern of a negative value
+        fb = O.where(O.lt(fb, 0.0), O.add(fb, modulus), fb)
+        total = None
+        for i in range(bits):
+            bit_a = O.sub(_floor(O.div(fa, 2.0 ** i)), O.mul(_floor(O.div(fa, 2.0 ** (i + 1))), 2.0))
+            bit_b = O.sub(_floor(O.div(fb, 2.0 ** i)), O.mul(_floor(O.div(fb, 2.0 ** (i + 1))), 2.0))
+            term = O.mul(combine(bit_a, bit_b), 2.0 ** i)
+            total = term if total is None else O.add(total, term)
+        if signed:
+            total = O.where(O.ge(total, modulus / 2), O.sub(total, modulus), total)
+        return [O.cast(total, dtype=_dt(a))]
+
+    return lower
+
+
+LOWERINGS["BitwiseAnd"] = _bitwise(O.mul)
+LOWERINGS["BitwiseOr"] = _bitwise(lambda a, b: O.sub(O.add(a, b), O.mul(a, b)))
+LOWERINGS["BitwiseXor"] = _bitwise(lambda a, b: O.abs(O.sub(a, b)))
+
+
+@lowering("BitwiseNot")
+def _lower_bitwise_not(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    bits, signed = _bits_of(ctx, ctx.node.inputs[0])
+    fx = O.cast(x, dtype="float64")
+    result = O.sub(-1.0, fx) if signed else O.sub(float(2 ** bits - 1), fx)
+    return [O.cast(result, dtype=_dt(x))]
+
+
+@lowering("LpPool")
+def _lower_lp_pool(ctx, attrs, inputs):
+    """(sum over the window of |x|**p) ** (1/p): an average pool of |x|**p times the window size."""
+    x = ctx.t(inputs[0])
+    n_spatial = len(x.shape) - 2
+    if n_spatial not in (1, 2) or attrs.get("ceil_mode", 0) or any(d != 1 for d in attrs.get("dilations", [])):
+        raise NotImplementedError("LpPool beyond 1-D/2-D without ceil_mode or dilations")
+    p = float(attrs.get("p", 2))
+    kernel = list(attrs["kernel_shape"])
+    strides = list(attrs.get("strides", [1] * n_spatial))
+    begin, end = _spatial_pads(attrs, x.shape[2:], kernel, strides, [1] * n_spatial)
+    powered = O.pow(O.abs(_wide(x)), p)
+    powered = _pad_spatial(ctx, powered, begin, end, 0.0)
+    if n_spatial == 1:
+        powered, kernel, strides = _to_2d(powered, 1), [1] + kernel, [1] + strides
+    pooled = O.mul(O.avg_pool2d(powered, kernel_size=kernel, stride=strides), float(math.prod(kernel)))
+    y = O.pow(pooled, 1.0 / p)
+    if n_spatial == 1:
+        y = O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]])
+    return [_narrow(y, _dt(x))]
+
+
+@lowering("Compress")
+def _lower_compress(ctx, attrs, inputs):
+    """index_select of the positions where condition holds (the condition read as a selection)."""
+    x = ctx.t(inputs[0])
+    chosen = np.flatnonzero(ctx.np(inputs[1]).reshape(-1)[: (x.shape[attrs["axis"]] if "axis" in attrs
+                                                            else math.prod(x.shape))])
+    if "axis" not in attrs:
+        x = O.reshape(x, shape=[math.prod(x.shape)])
+        return [_take(ctx, x, chosen.tolist(), 0)]
+    return [_take(ctx, x, chosen.tolist(), _axis(attrs["axis"], len(x.shape)))]
+
+
+@lowering("CenterCropPad")
+def _lower_center_crop_pad(ctx, attrs, inputs):
+    x = ctx.t(inputs[0])
+    rank = len(x.shape)
+    target = [int(s) for s in ctx.np(inputs[1]).reshape(-1)]
+    axes = [_axis(a, rank) for a in attrs.get("axes", range(rank))]
+    for size, axis in zip(target, axes):
+        n = x.shape[axis]
+        if size < n:
+            start = (n - size) // 2
+            x = O.slice(x, dim=axis, start=start, stop=start + size)
+        elif size > n:
+            before = (size - n) // 2
+            pads = np.zeros(2 * rank, dtype=np.int64)
+            pads[axis], pads[axis + rank] = before, size - n - before
+            x = _lower_pad(ctx, {"mode": "constant"}, [x, pads, None])[0]
+    return [x]
