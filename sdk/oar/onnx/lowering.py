@@ -1563,3 +1563,132 @@ def _lower_center_crop_pad(ctx, attrs, inputs):
             pads[axis], pads[axis + rank] = before, size - n - before
             x = _lower_pad(ctx, {"mode": "constant"}, [x, pads, None])[0]
     return [x]
+
+
+# ---------------------------------------------------------------- recurrent layers
+
+_RNN_ACTIVATIONS = {"Tanh": O.tanh, "Sigmoid": O.sigmoid, "Relu": O.relu}
+
+
+def _rnn_inputs(ctx, attrs, inputs):
+    def opt(i):
+        return ctx.t(inputs[i]) if len(inputs) > i and inputs[i] is not None else None
+
+    layout = attrs.get("layout", 0)
+    if len(inputs) > 4 and inputs[4] is not None:
+        lengths = ctx.np(inputs[4]).reshape(-1)
+        if np.any(lengths != ctx.shape_of(inputs[0])[1 if layout else 0]):
+            raise NotImplementedError("recurrent layers with sequence_lens shorter than the sequence")
+    if attrs.get("clip") is not None:
+        raise NotImplementedError("recurrent layers with clip")
+    x, h0 = _wide(ctx.t(inputs[0])), opt(5)
+    if layout:  # batch first: [batch, seq, input], [batch, dirs, hidden]
+        x = O.permute(x, dims=[1, 0, 2])
+        h0 = O.permute(h0, dims=[1, 0, 2]) if h0 is not None else None
+    return x, _wide(ctx.t(inputs[1])), _wide(ctx.t(inputs[2])), opt(3), h0
+
+
+def _run_recurrent(ctx, attrs, inputs, gates: int, step, with_cell: bool):
+    """The layer over time per direction: step(x_t, h, c, W, R, Wb, Rb, d) -> (h, c)."""
+    x, w, r, b, h0 = _rnn_inputs(ctx, attrs, inputs)
+    c0 = ctx.t(inputs[6]) if with_cell and len(inputs) > 6 and inputs[6] is not None else None
+    layout = attrs.get("layout", 0)
+    if c0 is not None and layout:
+        c0 = O.permute(c0, dims=[1, 0, 2])
+    seq, batch = x.shape[0], x.shape[1]
+    hidden = attrs["hidden_size"]
+    direction = attrs.get("direction", "forward")
+    directions = ["forward", "reverse"] if direction == "bidirectional" else [direction]
+    ys, hs, cs = [], [], []
+    for d, which in enumerate(directions):
+        w_d = O.transpose(O.reshape(O.slice(w, dim=0, start=d, stop=d + 1), shape=list(w.shape[1:])), dim0=0, dim1=1)
+        r_d = O.transpose(O.reshape(O.slice(r, dim=0, start=d, stop=d + 1), shape=list(r.shape[1:])), dim0=0, dim1=1)
+        if b is not None:
+            b_d = O.reshape(O.slice(_wide(b), dim=0, start=d, stop=d + 1), shape=[2 * gates * hidden])
+            wb, rb = O.slice(b_d, dim=0, start=0, stop=gates * hidden), \
+                O.slice(b_d, dim=0, start=gates * hidden, stop=2 * gates * hidden)
+        else:
+            wb = rb = oar.zeros([gates * hidden], dtype=_dt(x), device=ctx.device)
+        h = O.reshape(O.slice(_wide(h0), dim=0, start=d, stop=d + 1), shape=[batch, hidden]) if h0 is not None \
+            else oar.zeros([batch, hidden], dtype=_dt(x), device=ctx.device)
+        c = O.reshape(O.slice(_wide(c0), dim=0, start=d, stop=d + 1), shape=[batch, hidden]) if c0 is not None \
+            else oar.zeros([batch, hidden], dtype=_dt(x), device=ctx.device)
+        outputs = [None] * seq
+        order = range(seq - 1, -1, -1) if which == "reverse" else range(seq)
+        for t in order:
+            x_t = O.reshape(O.slice(x, dim=0, start=t, stop=t + 1), shape=list(x.shape[1:]))
+            h, c = step(x_t, h, c, w_d, r_d, wb, rb, d)
+            outputs[t] = h
+        ys.append(O.concat([O.reshape(o, shape=[1, 1, batch, hidden]) for o in outputs], dim=0))
+        hs.append(O.reshape(h, shape=[1, batch, hidden]))
+        cs.append(O.reshape(c, shape=[1, batch, hidden]))
+    y = O.concat(ys, dim=1) if len(ys) > 1 else ys[0]
+    y_h = O.concat(hs, dim=0) if len(hs) > 1 else hs[0]
+    y_c = O.concat(cs, dim=0) if len(cs) > 1 else cs[0]
+    if layout:
+        y = O.permute(y, dims=[2, 0, 1, 3])
+        y_h, y_c = O.permute(y_h, dims=[1, 0, 2]), O.permute(y_c, dims=[1, 0, 2])
+    dtype = _dt(ctx.t(inputs[0]))
+    return [_narrow(v, dtype) for v in ([y, y_h, y_c] if with_cell else [y, y_h])][:ctx.num_outputs]
+
+
+def _activations(attrs, defaults: list[str], d: int):
+    names = list(attrs.get("activations", [])) or defaults * 2
+    per = len(defaults)
+    chosen = names[d * per:(d + 1) * per] if len(names) >= (d + 1) * per else names[:per]
+    for name in chosen:
+        if name not in _RNN_ACTIVATIONS:
+            raise NotImplementedError(f"recurrent activation {name}")
+    return [_RNN_ACTIVATIONS[n] for n in chosen]
+
+
+def _gate(t, i, hidden):
+    return O.slice(t, dim=1, start=i * hidden, stop=(i + 1) * hidden)
+
+
+@lowering("RNN")
+def _lower_rnn(ctx, attrs, inputs):
+    def step(x_t, h, c, w, r, wb, rb, d):
+        (f,) = _activations(attrs, ["Tanh"], d)
+        return f(O.add(O.add(O.matmul(x_t, w), wb), O.add(O.matmul(h, r), rb))), c
+
+    return _run_recurrent(ctx, attrs, inputs, 1, step, False)
+
+
+@lowering("GRU")
+def _lower_gru(ctx, attrs, inputs):
+    hidden = attrs["hidden_size"]
+
+    def step(x_t, h, c, w, r, wb, rb, d):
+        f, g = _activations(attrs, ["Sigmoid", "Tanh"], d)
+        xw = O.add(O.matmul(x_t, w), wb)
+        z = f(O.add(_gate(xw, 0, hidden), O.add(O.matmul(h, _gate(r, 0, hidden)),
+                                                _gate(O.reshape(rb, shape=[1, 3 * hidden]), 0, hidden))))
+        rr = f(O.add(_gate(xw, 1, hidden), O.add(O.matmul(h, _gate(r, 1, hidden)),
+                                                 _gate(O.reshape(rb, shape=[1, 3 * hidden]), 1, hidden))))
+        rb_h = _gate(O.reshape(rb, shape=[1, 3 * hidden]), 2, hidden)
+        if attrs.get("linear_before_reset", 0):
+            candidate = g(O.add(_gate(xw, 2, hidden), O.mul(rr, O.add(O.matmul(h, _gate(r, 2, hidden)), rb_h))))
+        else:
+            candidate = g(O.add(_gate(xw, 2, hidden), O.add(O.matmul(O.mul(rr, h), _gate(r, 2, hidden)), rb_h)))
+        return O.add(O.mul(O.sub(1.0, z), candidate), O.mul(z, h)), c
+
+    return _run_recurrent(ctx, attrs, inputs, 3, step, False)
+
+
+@lowering("LSTM")
+def _lower_lstm(ctx, attrs, inputs):
+    hidden = attrs["hidden_size"]
+    if len(inputs) > 7 and inputs[7] is not None:
+        raise NotImplementedError("LSTM with peepholes")
+    if attrs.get("input_forget", 0):
+        raise NotImplementedError("LSTM with input_forget")
+
+    def step(x_t, h, c, w, r, wb, rb, d):
+        f, g, out = _activations(attrs, ["Sigmoid", "Tanh", "Tanh"], d)
+        z = O.add(O.add(O.matmul(x_t, w), wb), O.add(O.matmul(h, r), rb))
+        i, o, fg, cand = (_gate(z, k, hidden) for k in range(4))
+        c = O.add(O.mul(f(fg), c), O.mul(f(i), g(cand)))
+        return O.mul(f(o), out(c)), c
+
+    return _run_recurrent(ctx, attrs, inputs, 4, step, True)
