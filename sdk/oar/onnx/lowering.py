@@ -1692,3 +1692,81 @@ def _lower_lstm(ctx, attrs, inputs):
         return O.mul(f(o), out(c)), c
 
     return _run_recurrent(ctx, attrs, inputs, 4, step, True)
+
+
+# ---------------------------------------------------------------- spectral and quantization
+
+
+@lowering("DFT")
+def _lower_dft(ctx, attrs, inputs):
+    """A matmul with the transform's matrix over (position, real/imag) along the axis; the matrix is
+    onnx's reference DFT of the identity basis (the transform is linear; the data never leaves)."""
+    x = ctx.t(inputs[0])
+    rank = len(x.shape)
+    opset = ctx.executor.graph.opset
+    if opset >= 20:
+        axis = int(ctx.np(inputs[2]).reshape(())) if len(inputs) > 2 and inputs[2] is not None else -2
+    else:
+        axis = attrs.get("axis", 1)
+    axis = axis % rank
+    n, c = x.shape[axis], x.shape[-1]
+    length = ctx.np(inputs[1]).reshape(()) if len(inputs) > 1 and inputs[1] is not None else None
+    basis = np.eye(n * c).reshape(n * c, n, c)
+    feeds = {"x": basis}
+    node_inputs = ["x", "length" if length is not None else ""]
+    if length is not None:
+        feeds["length"] = np.asarray(length, dtype=np.int64)
+    kept = dict(attrs)
+    if opset >= 20:
+        node_inputs.append("axis")
+        feeds["axis"] = np.asarray(1, dtype=np.int64)
+    else:
+        kept["axis"] = 1
+    matrix = _reference_single(onnx.helper.make_node("DFT", node_inputs, ["y"], **kept), feeds,
+                               max(opset, 17))  # [n*c, m, 2]
+    m, k = matrix.shape[1], matrix.shape[2]
+    moved = O.transpose(x, dim0=axis, dim1=rank - 2) if axis != rank - 2 else x
+    lead = list(moved.shape[:-2])
+    flat = O.reshape(_wide(moved), shape=lead + [n * c])
+    out = O.matmul(flat, ctx.t(matrix.reshape(n * c, m * k).astype(_dt(_wide(moved)))))
+    out = O.reshape(out, shape=lead + [m, k])
+    if axis != rank - 2:
+        out = O.transpose(out, dim0=axis, dim1=rank - 2)
+    return [_narrow(out, _dt(x))]
+
+
+def _reference_single(node, feeds: dict, opset: int) -> np.ndarray:
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    def untyped(name):
+        return helper.make_value_info(name, onnx.TypeProto())
+
+    graph = helper.make_graph([node], "one", [untyped(n) for n in node.input if n], [untyped(node.output[0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+_QUANTIZED_RANGE = {onnx.TensorProto.UINT8: (0, 255), onnx.TensorProto.INT8: (-128, 127),
+                    onnx.TensorProto.UINT16: (0, 65535), onnx.TensorProto.INT16: (-32768, 32767)}
+
+
+@lowering("QuantizeLinear")
+def _lower_quantize(ctx, attrs, inputs):
+    """saturate(round_half_even(x / scale) + zero_point) into the output's integer type."""
+    x, scale = ctx.t(inputs[0]), ctx.t(inputs[1])
+    has_zero = len(inputs) > 2 and inputs[2] is not None
+    elem = ctx.elem_type_of(ctx.node.inputs[2]) if has_zero else attrs.get("output_dtype") or onnx.TensorProto.UINT8
+    if elem not in _QUANTIZED_RANGE or attrs.get("block_size", 0):
+        raise NotImplementedError("QuantizeLinear to other than (u)int8/(u)int16, or blocked")
+    low, high = _QUANTIZED_RANGE[elem]
+    rank = len(x.shape)
+    shape = [1] * rank
+    if len(scale.shape) == 1 and scale.shape[0] > 1:
+        shape[_axis(attrs.get("axis", 1), rank)] = scale.shape[0]
+    fx = O.div(O.cast(x, dtype="float64"), O.reshape(O.cast(scale, dtype="float64"), shape=shape))
+    rounded = _lower_round(ctx, {}, [fx])[0]
+    if has_zero:
+        rounded = O.add(rounded, O.reshape(O.cast(ctx.t(inputs[2]), dtype="float64"), shape=shape))
+    y = O.clamp(rounded, min=float(low), max=float(high))
+    return [O.cast(y, dtype=ctx.oar_dtype(elem))]
