@@ -218,6 +218,10 @@ def _lower_mod(ctx, attrs, inputs):
     else:
         whole = _floor(quotient)  # Python mod: the sign of the divisor
     result = O.sub(fa, O.mul(whole, fb))
+    if _is_float(a):  # IEEE fmod: x mod +-inf is x (finite x); inf or NaN operands give NaN
+        finite_a = O.lt(O.abs(fa), float("inf"))
+        result = O.where(O.logical_and(O.eq(O.abs(fb), float("inf")), finite_a), fa, result)
+        result = O.where(finite_a, result, O.mul(fa, float("nan")))
     return [O.cast(result, dtype=dtype)]
 
 
@@ -1042,8 +1046,6 @@ def _pool(kind):
         n_spatial = len(x.shape) - 2
         if n_spatial not in (1, 2):
             raise NotImplementedError(f"{ctx.op_type} over {n_spatial} spatial dims")
-        if attrs.get("ceil_mode", 0):
-            raise NotImplementedError(f"{ctx.op_type} with ceil_mode=1")
         if any(d != 1 for d in attrs.get("dilations", [])):
             raise NotImplementedError(f"{ctx.op_type} with dilations")
         if ctx.num_outputs > 1:
@@ -1051,31 +1053,43 @@ def _pool(kind):
         kernel = list(attrs["kernel_shape"])
         strides = list(attrs.get("strides", [1] * n_spatial))
         begin, end = _spatial_pads(attrs, x.shape[2:], kernel, strides, [1] * n_spatial)
+        extra = [0] * n_spatial  # ceil_mode: cells past the end pad so the last partial window exists
+        if attrs.get("ceil_mode", 0):
+            for i, (size, k, s_) in enumerate(zip(x.shape[2:], kernel, strides)):
+                span = size + begin[i] + end[i]
+                out = -(-(span - k) // s_) + 1
+                if (out - 1) * s_ >= size + begin[i]:
+                    out -= 1
+                extra[i] = max(0, (out - 1) * s_ + k - span)
         count_pad = attrs.get("count_include_pad", 0)
         if n_spatial == 1:
             x = _to_2d(x, 1)
-            kernel, strides, begin, end = [1] + kernel, [1] + strides, [0] + begin, [0] + end
+            kernel, strides, begin, end, extra = [1] + kernel, [1] + strides, [0] + begin, [0] + end, [0] + extra
+        full_end = [e + x_ for e, x_ in zip(end, extra)]
+        int_dtype = None if _is_float(x) else _dt(x)
+        if int_dtype:  # integer pools run in float64 (exact for these widths) and cast back
+            x = O.cast(x, dtype="float64")
         if kind == "max":
-            if begin != end or any(2 * p > k for p, k in zip(begin, kernel)):
-                x = _pad_spatial(ctx, x, begin, end, float("-inf"))
-                begin = [0, 0]
-            y = _float_math(lambda v: O.max_pool2d(v, kernel_size=kernel, stride=strides, padding=begin))(x)
-        else:
-            padded = begin != [0, 0] or end != [0, 0]
-            if padded and count_pad:
-                x = _pad_spatial(ctx, x, begin, end, 0.0)
-            elif padded:
-                # divisor counts only the real cells: pool the values and a mask of ones alike
-                xp = _pad_spatial(ctx, x, begin, end, 0.0)
-                ones = _pad_spatial(ctx, oar.ones(list(x.shape), dtype=_dt(x), device=ctx.device), begin, end, 0.0)
-                s = O.avg_pool2d(xp, kernel_size=kernel, stride=strides)
-                c = O.avg_pool2d(ones, kernel_size=kernel, stride=strides)
-                y = O.div(s, c)
-                return [O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]]) if n_spatial == 1 else y]
+            padding = begin
+            if begin != full_end or any(2 * p > k for p, k in zip(begin, kernel)):
+                x = _pad_spatial(ctx, x, begin, full_end, float("-inf"))
+                padding = [0, 0]
+            y = _float_math(lambda v: O.max_pool2d(v, kernel_size=kernel, stride=strides, padding=padding))(x)
+        elif begin == [0, 0] and full_end == [0, 0]:
             y = _float_math(lambda v: O.avg_pool2d(v, kernel_size=kernel, stride=strides))(x)
+        else:
+            # sum over the window / the cells that count: the real ones, and the pads if count_include_pad
+            wide = _wide(x)
+            xp = _pad_spatial(ctx, wide, begin, full_end, 0.0)
+            ones = oar.ones(list(x.shape), dtype=_dt(wide), device=ctx.device)
+            counted = _pad_spatial(ctx, ones, begin, end, 1.0 if count_pad else 0.0)
+            counted = _pad_spatial(ctx, counted, [0, 0], extra, 0.0)
+            total = O.avg_pool2d(xp, kernel_size=kernel, stride=strides)
+            cells = O.avg_pool2d(counted, kernel_size=kernel, stride=strides)
+            y = _narrow(O.div(total, cells), _dt(x))
         if n_spatial == 1:
             y = O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]])
-        return [y]
+        return [O.cast(y, dtype=int_dtype) if int_dtype else y]
 
     return lower
 
