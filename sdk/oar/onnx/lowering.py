@@ -1784,3 +1784,46 @@ def _lower_quantize(ctx, attrs, inputs):
         rounded = O.add(rounded, O.reshape(O.cast(ctx.t(inputs[2]), dtype="float64"), shape=shape))
     y = O.clamp(rounded, min=float(low), max=float(high))
     return [O.cast(y, dtype=ctx.oar_dtype(elem))]
+
+
+@lowering("RotaryEmbedding")
+def _lower_rotary_embedding(ctx, attrs, inputs):
+    """x1, x2 (halves, or even/odd elements when interleaved) of the rotated dims become
+    x1 cos - x2 sin, x1 sin + x2 cos; caches taken at position_ids when given."""
+    x = ctx.t(inputs[0])
+    cos, sin = ctx.t(inputs[1]), ctx.t(inputs[2])
+    positions = ctx.t(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else None
+    dtype = _dt(x)
+    original = list(x.shape)
+    if len(original) == 4:  # [batch, heads, seq, head] -> [batch, seq, heads, head]
+        x = O.permute(x, dims=[0, 2, 1, 3])
+    else:
+        heads = attrs["num_heads"]
+        x = O.reshape(x, shape=[original[0], original[1], heads, original[2] // heads])
+    b, s, h, head = x.shape
+    rot = attrs.get("rotary_embedding_dim", 0) or head
+    half = rot // 2
+    x = _wide(x)
+    if positions is not None:
+        flat = O.reshape(O.cast(positions, dtype="int64"), shape=[b * s])
+        cos = O.reshape(O.index_select(_wide(cos), flat, dim=0), shape=[b, s, half])
+        sin = O.reshape(O.index_select(_wide(sin), flat, dim=0), shape=[b, s, half])
+    cos = O.reshape(_wide(cos), shape=[b, s, 1, half])
+    sin = O.reshape(_wide(sin), shape=[b, s, 1, half])
+    rotate = O.slice(x, dim=3, start=0, stop=rot)
+    if attrs.get("interleaved", 0):
+        pairs = O.reshape(rotate, shape=[b, s, h, half, 2])
+        x1 = O.reshape(O.slice(pairs, dim=4, start=0, stop=1), shape=[b, s, h, half])
+        x2 = O.reshape(O.slice(pairs, dim=4, start=1, stop=2), shape=[b, s, h, half])
+    else:
+        x1, x2 = O.slice(rotate, dim=3, start=0, stop=half), O.slice(rotate, dim=3, start=half, stop=rot)
+    real = O.sub(O.mul(cos, x1), O.mul(sin, x2))
+    imag = O.add(O.mul(sin, x1), O.mul(cos, x2))
+    if attrs.get("interleaved", 0):
+        rotated = O.reshape(O.concat([O.reshape(real, shape=[b, s, h, half, 1]),
+                                      O.reshape(imag, shape=[b, s, h, half, 1])], dim=4), shape=[b, s, h, rot])
+    else:
+        rotated = O.concat([real, imag], dim=3)
+    y = O.concat([rotated, O.slice(x, dim=3, start=rot, stop=head)], dim=3) if rot < head else rotated
+    y = O.reshape(y, shape=original) if len(original) == 3 else O.permute(y, dims=[0, 2, 1, 3])
+    return [_narrow(y, dtype)]
