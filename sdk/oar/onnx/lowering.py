@@ -1827,3 +1827,58 @@ def _lower_rotary_embedding(ctx, attrs, inputs):
     y = O.concat([rotated, O.slice(x, dim=3, start=rot, stop=head)], dim=3) if rot < head else rotated
     y = O.reshape(y, shape=original) if len(original) == 3 else O.permute(y, dims=[0, 2, 1, 3])
     return [_narrow(y, dtype)]
+
+
+@lowering("SwiGLU")
+def _lower_swiglu(ctx, attrs, inputs):
+    a, b = ctx.t(inputs[0]), ctx.t(inputs[1])
+    alpha = attrs.get("alpha", 1.0)
+    return [_float_math(lambda x, y: O.mul(O.mul(x, O.sigmoid(O.mul(x, alpha))), y))(a, b)]
+
+
+@lowering("GatherND")
+def _lower_gather_nd(ctx, attrs, inputs):
+    """The index tuples as linear row numbers of x viewed [rows, rest] (per batch), then index_select."""
+    x, indices = ctx.t(inputs[0]), ctx.t(inputs[1])
+    batch = attrs.get("batch_dims", 0)
+    k = indices.shape[-1]
+    batch_shape = list(x.shape[:batch])
+    n_batch = math.prod(batch_shape)
+    lead = list(x.shape[batch:batch + k])
+    rest = list(x.shape[batch + k:])
+    rows = math.prod(lead)
+    strides = np.asarray([math.prod(lead[i + 1:]) for i in range(k)], dtype=np.int64)
+    idx = O.cast(indices, dtype="int64")
+    idx = O.where(O.lt(idx, 0), O.add(idx, ctx.t(np.asarray(lead, dtype=np.int64))), idx)
+    linear = O.sum(O.mul(idx, ctx.t(strides)), dim=[len(indices.shape) - 1], keepdim=False)
+    per_batch = math.prod(indices.shape[batch:-1])
+    offsets = ctx.t((np.arange(n_batch, dtype=np.int64) * rows).reshape([n_batch, 1]))
+    linear = O.add(O.reshape(linear, shape=[n_batch, per_batch]), offsets)
+    flat = O.reshape(x, shape=[n_batch * rows, max(1, math.prod(rest))])
+    taken = O.index_select(flat, O.reshape(linear, shape=[n_batch * per_batch]), dim=0)
+    return [O.reshape(taken, shape=list(indices.shape[:-1]) + rest)]
+
+
+@lowering("Acos", "Asin", "Atan")
+def _lower_inverse_trig(ctx, attrs, inputs):
+    """atan by argument halving and its series; asin/acos from atan."""
+    def atan(v):
+        # atan(v) = 2 atan(v / (1 + sqrt(1 + v^2))), three times, then the odd series on |t| < 0.1
+        t = v
+        for _ in range(3):
+            t = O.div(t, O.add(O.sqrt(O.add(O.mul(t, t), 1.0)), 1.0))
+        t2, term, total = O.mul(t, t), t, t
+        for n in range(1, 8):
+            term = O.mul(term, O.neg(t2))
+            total = O.add(total, O.div(term, float(2 * n + 1)))
+        return O.mul(total, 8.0)
+
+    def fn(v):
+        if ctx.op_type == "Atan":
+            return atan(v)
+        asin = atan(O.div(v, O.sqrt(O.sub(1.0, O.mul(v, v)))))
+        asin = O.where(O.eq(O.abs(v), 1.0), O.mul(v, math.pi / 2), asin)
+        return asin if ctx.op_type == "Asin" else O.sub(math.pi / 2, asin)
+
+    x = ctx.t(inputs[0])
+    return [_narrow(fn(O.cast(x, dtype="float64")), _dt(x))]
