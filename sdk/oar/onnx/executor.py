@@ -26,8 +26,8 @@ _NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifo
                "Multinomial", "If", "Loop", "Scan"}
 # ops whose outputs the plan knows on the host whatever their input (only its shape is read)
 _SHAPE_ONLY = {"Shape", "Size"}
-_NUMPY_TO_OAR = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16", "int8": "int8",
-                 "int32": "int32", "int64": "int64", "bool": "bool",
+_NUMPY_TO_OAR = {"float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16",
+                 "int8": "int8", "int32": "int32", "int64": "int64", "bool": "bool",
                  "uint8": "int32", "int16": "int32", "uint16": "int32", "uint32": "int64", "uint64": "int64"}
 
 

@@ -950,7 +950,7 @@ def _lower_group_norm(ctx, attrs, inputs):
     x, scale, bias = (ctx.t(v) for v in inputs)
     groups = attrs["num_groups"]
     n, c = x.shape[:2]
-    grouped = O.reshape(x, shape=[n, groups, -1] if False else [n, groups, math.prod(x.shape[1:]) // groups])
+    grouped = O.reshape(x, shape=[n, groups, math.prod(x.shape[1:]) // groups])
     mean = O.mean(grouped, dim=[2], keepdim=True)
     centered = O.sub(grouped, mean)
     var = O.mean(O.mul(centered, centered), dim=[2], keepdim=True)
@@ -1034,7 +1034,7 @@ def _lower_conv(ctx, attrs, inputs):
     y = _float_math(lambda a, b: O.conv2d(a, b, None, stride=strides, padding=begin, dilation=dilations,
                                           groups=attrs.get("group", 1)))(x, w)
     if bias is not None:
-        y = O.add(y, O.reshape(bias, shape=[1, -1 if False else bias.shape[0], 1, 1]))
+        y = O.add(y, O.reshape(bias, shape=[1, bias.shape[0], 1, 1]))
     if n_spatial == 1:
         y = O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]])
     return [y]
