@@ -6,7 +6,8 @@ match onnx's expected output within the case's tolerance (``|got - want| <= atol
 onnx's defaults rtol 1e-3, atol 1e-7; NaN where NaN is expected). A model oar.onnx cannot express
 (an op without a lowering, a dtype Oar lacks) is reported at load time and counts as *not supported*
 (a skip whose reason starts "not supported"). The report carries a per-ONNX-op scoreboard
-(passed / failed / not supported) and the pass rate over all cases.
+(passed / failed / not supported) and the pass rate over all cases. The level is opt-in
+(``--level onnx``; not part of ``all``).
 """
 
 from __future__ import annotations
