@@ -35,6 +35,7 @@ DEMO_ENV := $(if $(filter opencl,$(DEVICE)),,OAR_REFCPU_DEVICE_TYPE=$(DEVICE))
 demo: install
 	$(DEMO_ENV) $(VENV)/bin/oar info
 	$(DEMO_ENV) $(PY) examples/demo.py --device $(DEVICE)
+	$(DEMO_ENV) $(PY) examples/onnx_demo.py --device $(DEVICE)
 	mkdir -p build/demo
 	$(DEMO_ENV) $(PY) examples/train_llama.py --device $(DEVICE) --checkpoint build/demo/llama.safetensors
 	$(DEMO_ENV) $(PY) examples/infer_llama.py --device $(DEVICE) --checkpoint build/demo/llama.safetensors

@@ -17,7 +17,8 @@ import pytest
 from oar_conformance.tolerances import CONTRACT
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = ["README.md", "docs/index.md", "docs/user/index.md", "docs/vendor/quickstart.md", "docs/compiler.md"]
+PAGES = ["README.md", "docs/index.md", "docs/user/index.md", "docs/vendor/quickstart.md", "docs/compiler.md",
+         "docs/user/onnx.md"]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 

@@ -115,7 +115,8 @@ def _plugin_environment(device: str, plugin: str | None, timeout: float, sanitiz
 @click.option("--plugin", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The plugin library; default: the one the runtime serves DEVICE with.")
 @click.option("--level", "level_text", default="all", show_default=True,
-              help=f"Comma-separated levels: {', '.join(levels.LEVEL_NAMES)}.")
+              help=f"Comma-separated levels: {', '.join(levels.LEVEL_NAMES)} (all); opt-in: "
+                   f"{', '.join(levels.OPT_IN_LEVELS)}.")
 @click.option("--quick", is_flag=True, help="Only the frozen basic subset (quick.txt).")
 @click.option("--filter", "pattern", default=None, help="Only tests whose id matches this regular expression.")
 @click.option("--jobs", type=click.IntRange(1, 256), default=lambda: os.cpu_count() or 1, show_default="CPUs",

@@ -93,6 +93,7 @@ def render_html(document: dict) -> str:
     context = {
         "doc": document,
         "ops_matrix": matrix,
+        "onnx_scoreboard": (extras.get("onnx") or {}).get("scoreboard"),
         "plots": failures_first(_plots(models.get("curves", []))),
         "model_ops": models.get("ops") or [],
         "changed": changed,
