@@ -21,9 +21,9 @@ SAMPLE = [
     "test_reshape_reordered_all_dims", "test_transpose_all_permutations_0", "test_slice_neg_steps",
     "test_concat_3d_axis_negative_1", "test_split_equal_parts_1d_opset18", "test_gather_negative_indices",
     "test_gather_elements_1", "test_scatter_elements_with_axis", "test_where_example", "test_expand_dim_changed",
-    "test_tile", "test_pad", "test_edge_pad", "test_reflect_pad", "test_layer_normalization_4d_axis_negative_2",
+    "test_tile", "test_constant_pad", "test_edge_pad", "test_reflect_pad", "test_layer_normalization_4d_axis_negative_2",
     "test_batchnorm_example", "test_instancenorm_example", "test_cumsum_1d_reverse_exclusive",
-    "test_einsum_batch_matmul", "test_trilu_upper_pos", "test_triu_out_pos", "test_onehot_with_axis",
+    "test_einsum_batch_matmul", "test_triu_pos", "test_tril_neg", "test_triu_out_pos", "test_onehot_with_axis",
     "test_cast_FLOAT_to_DOUBLE", "test_shape_start_1", "test_range_float_type_positive_delta",
     "test_constantofshape_int_zeros", "test_if", "test_loop11", "test_scan9_sum", "test_attention_4d_causal",
     "test_nllloss_NCd1d2_with_weight_reduction_mean", "test_sce_mean_weight", "test_round", "test_floor",
@@ -43,9 +43,20 @@ def _backend_test():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         backend_test = onnx_backend_test.BackendTest(OarBackend, __name__)
-    for name in SAMPLE:
-        backend_test.include(f"^{name}_cpu$")
     return backend_test
 
 
-globals().update(_backend_test().enable_report().test_cases)
+def _sampled_test_cases() -> dict:
+    """onnx's test classes with only the sampled cases left in them: cases outside the sample are
+    left out, not collected as skipped (the whole set runs in the conformance level)."""
+    wanted = {f"{name}_cpu" for name in SAMPLE}
+    cases = _backend_test().test_cases
+    for test_class in cases.values():
+        for attribute in [a for a in vars(test_class) if a.startswith("test_") and a not in wanted]:
+            delattr(test_class, attribute)
+    found = {a for test_class in cases.values() for a in vars(test_class) if a.startswith("test_")}
+    assert wanted <= found, f"sampled cases onnx no longer has: {sorted(wanted - found)}"
+    return cases
+
+
+globals().update(_sampled_test_cases())
