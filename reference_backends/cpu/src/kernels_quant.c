@@ -1,0 +1,141 @@
+/* Low-bit ops of interface/ops.yaml: weight_only_linear (int8 / packed int4 codes
+   with per-group scales and zeros, dequantized inside the matmul).
+
+   Output rows (columns of out) are split into blocks over the plugin's pool; each
+   block dequantizes its weight rows into a float scratch of the chunk and either
+   dots them with the few rows of x (decode: M <= QUANT_DOT_MAX_ROWS) or hands
+   the block to the BLAS (prefill), so the weight is read once at 1 or 0.5 byte. */
+#include "kernels.h"
+#include "kernels_nn_util.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QUANT_DOT_MAX_ROWS 8
+#define QUANT_BLOCK_ROWS 64
+
+typedef struct quant_job {
+  const float* x;       /* [m, k] contiguous */
+  const uint8_t* codes; /* [n, k or k/2] contiguous */
+  const float *scales, *zeros; /* [n, groups] each */
+  float* out;           /* [m, n] contiguous */
+  int64_t m, n, k, group;
+  int bits;
+  float* scratch;       /* QUANT_BLOCK_ROWS * k floats per chunk */
+} quant_job;
+
+/* Weight row r of the job into w[k]: (code - zero) * scale. */
+static void dequantize_row(const quant_job* job, int64_t r, float* w) {
+  int64_t k = job->k, g = job->group, groups = k / g;
+  const float* scale = job->scales + r * groups;
+  const float* zero = job->zeros + r * groups;
+  if (job->bits == 8) {
+    const int8_t* c = (const int8_t*)job->codes + r * k;
+    for (int64_t gi = 0; gi < groups; gi++) {
+      float s = scale[gi], off = -zero[gi] * s;
+      for (int64_t j = gi * g; j < (gi + 1) * g; j++) w[j] = (float)c[j] * s + off;
+    }
+  } else {
+    const uint8_t* c = job->codes + r * (k / 2);
+    for (int64_t gi = 0; gi < groups; gi++) {
+      float s = scale[gi], off = (-8.0f - zero[gi]) * s;
+      for (int64_t j = gi * g / 2; j < (gi + 1) * g / 2; j++) {
+        uint8_t u = c[j] ^ 0x80; /* the int8 byte + 128: code + 8 of the even feature low, the odd one high */
+        w[2 * j] = (float)(u & 15) * s + off;
+        w[2 * j + 1] = (float)(u >> 4) * s + off;
+      }
+    }
+  }
+}
+
+/* sum x[j] * w[j] with independent accumulators, so the compiler vectorizes it. */
+static float dot(const float* x, const float* w, int64_t k) {
+  float acc[8] = {0};
+  int64_t j = 0;
+  for (; j + 8 <= k; j += 8)
+    for (int l = 0; l < 8; l++) acc[l] += x[j + l] * w[j + l];
+  float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; j < k; j++) sum += x[j] * w[j];
+  return sum;
+}
+
+static void quant_range(void* opaque, int64_t begin, int64_t end, int chunk) {
+  const quant_job* job = opaque;
+  int64_t k = job->k, n = job->n, m = job->m;
+  float* w = job->scratch + (size_t)chunk * QUANT_BLOCK_ROWS * (size_t)k;
+  for (int64_t block = begin; block < end; block++) {
+    int64_t r0 = block * QUANT_BLOCK_ROWS;
+    int64_t rows = r0 + QUANT_BLOCK_ROWS <= n ? QUANT_BLOCK_ROWS : n - r0;
+    if (m <= QUANT_DOT_MAX_ROWS) {
+      for (int64_t r = 0; r < rows; r++) {
+        dequantize_row(job, r0 + r, w);
+        for (int64_t i = 0; i < m; i++) job->out[i * n + r0 + r] = dot(job->x + i * k, w, k);
+      }
+      continue;
+    }
+    for (int64_t r = 0; r < rows; r++) dequantize_row(job, r0 + r, w + r * k);
+    scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)m, (blasint)rows, (blasint)k, 1.0f,
+                      job->x, (blasint)k, w, (blasint)k, 0.0f, job->out + r0, (blasint)n);
+  }
+}
+
+oar_status refcpu_check_weight_only_linear(kernel_command* cmd) {
+  const char* names[4] = {"x", "qweight", "scales", "zeros"};
+  for (uint32_t i = 0; i < cmd->num_inputs; i++)
+    if (!view_is_contiguous(&cmd->inputs[i]))
+      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: weight_only_linear: %s must be contiguous",
+                         names[i]);
+  const tensor_view *x = &cmd->inputs[0], *q = &cmd->inputs[1], *out = &cmd->outputs[0];
+  int64_t bits = attr_int(cmd, ATTR_weight_only_linear_bits);
+  int64_t group = attr_int(cmd, ATTR_weight_only_linear_group_size);
+  if (bits != 4 && bits != 8)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: weight_only_linear: bits must be 4 or 8, not %lld",
+                       (long long)bits);
+  if (x->ndim < 1 || q->ndim != 2 || !view_is_contiguous(out) || out->ndim != x->ndim)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: weight_only_linear: x must be [..., K], qweight 2-D, out [..., N] contiguous");
+  int64_t k = x->shape[x->ndim - 1], n = q->shape[0];
+  if (group <= 0 || k % group || (bits == 4 && group % 2) || q->shape[1] != (bits == 8 ? k : k / 2))
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: weight_only_linear: qweight [%lld, %lld] does not fit K=%lld, bits=%lld, "
+                       "group_size=%lld", (long long)q->shape[0], (long long)q->shape[1], (long long)k,
+                       (long long)bits, (long long)group);
+  for (int i = 2; i < 4; i++)
+    if (cmd->inputs[i].ndim != 2 || cmd->inputs[i].shape[0] != n || cmd->inputs[i].shape[1] != k / group)
+      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: weight_only_linear: %s must be [%lld, %lld]",
+                         names[i], (long long)n, (long long)(k / group));
+  for (int d = 0; d < x->ndim; d++)
+    if (out->shape[d] != (d == x->ndim - 1 ? n : x->shape[d]))
+      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: weight_only_linear: out has the wrong shape");
+  return OAR_SUCCESS;
+}
+
+static void blas_one_thread(void) { scipy_openblas_set_num_threads(1); }
+
+oar_status refcpu_run_weight_only_linear(const kernel_command* cmd) {
+  const tensor_view* x = &cmd->inputs[0];
+  quant_job job = {
+      .x = (const float*)x->data, .codes = (const uint8_t*)cmd->inputs[1].data,
+      .scales = (const float*)cmd->inputs[2].data, .zeros = (const float*)cmd->inputs[3].data,
+      .out = (float*)cmd->outputs[0].data, .k = x->shape[x->ndim - 1], .n = cmd->inputs[1].shape[0],
+      .group = attr_int(cmd, ATTR_weight_only_linear_group_size), .bits = (int)attr_int(cmd, ATTR_weight_only_linear_bits)};
+  job.m = 1;
+  for (int d = 0; d < x->ndim - 1; d++) job.m *= x->shape[d];
+  if (job.m == 0 || job.n == 0) return OAR_SUCCESS;
+  if (job.k == 0) {
+    for (int64_t i = 0; i < job.m * job.n; i++) job.out[i] = 0.0f;
+    return OAR_SUCCESS;
+  }
+  static pthread_once_t blas_threads_once = PTHREAD_ONCE_INIT;
+  pthread_once(&blas_threads_once, blas_one_thread);
+  int64_t blocks = (job.n + QUANT_BLOCK_ROWS - 1) / QUANT_BLOCK_ROWS;
+  int chunks = nn_chunk_count(blocks, 2.0 * (double)job.m * (double)job.k * QUANT_BLOCK_ROWS);
+  job.scratch = malloc(sizeof(float) * QUANT_BLOCK_ROWS * (size_t)job.k * (size_t)chunks);
+  if (!job.scratch)
+    return refcpu_fail(OAR_ERROR_OUT_OF_MEMORY, "kernel weight_only_linear: out of host memory for the scratch");
+  nn_parallel_for(blocks, chunks, quant_range, &job);
+  free(job.scratch);
+  return OAR_SUCCESS;
+}
