@@ -121,10 +121,6 @@ static void quant_range(void* opaque, int64_t begin, int64_t end, int chunk) {
 
 oar_status refcpu_check_weight_only_linear(kernel_command* cmd) {
   const char* names[4] = {"x", "qweight", "scales", "zeros"};
-  for (uint32_t i = 0; i < cmd->num_inputs; i++)
-    if (!view_is_contiguous(&cmd->inputs[i]))
-      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: weight_only_linear: %s must be contiguous",
-                         names[i]);
   const tensor_view *x = &cmd->inputs[0], *q = &cmd->inputs[1], *out = &cmd->outputs[0];
   int64_t bits = attr_int(cmd, ATTR_weight_only_linear_bits);
   int64_t group = attr_int(cmd, ATTR_weight_only_linear_group_size);
@@ -152,11 +148,35 @@ oar_status refcpu_check_weight_only_linear(kernel_command* cmd) {
 
 static void blas_one_thread(void) { scipy_openblas_set_num_threads(1); }
 
+/* The data of input i, packed into a fresh buffer (*owned) when the view is strided. */
+static const void* packed_input(const kernel_command* cmd, int i, void** owned) {
+  const tensor_view* v = &cmd->inputs[i];
+  *owned = NULL;
+  if (view_is_contiguous(v)) return v->data;
+  int64_t count = shape_numel(v->ndim, v->shape);
+  *owned = malloc((size_t)(count ? count : 1) * (size_t)v->elem_size);
+  if (*owned) nn_pack(*owned, v->data, v->ndim, v->shape, v->strides, v->elem_size);
+  return *owned;
+}
+
+static oar_status run_packed(const kernel_command* cmd, const void* const* data);
+
 oar_status refcpu_run_weight_only_linear(const kernel_command* cmd) {
+  void* owned[4];
+  const void* data[4];
+  bool ok = true;
+  for (int i = 0; i < 4; i++) ok = (data[i] = packed_input(cmd, i, &owned[i])) != NULL && ok;
+  oar_status status = ok ? run_packed(cmd, data)
+                         : refcpu_fail(OAR_ERROR_OUT_OF_MEMORY, "kernel weight_only_linear: out of host memory "
+                                                                "for a packed copy of a strided input");
+  for (int i = 0; i < 4; i++) free(owned[i]);
+  return status;
+}
+
+static oar_status run_packed(const kernel_command* cmd, const void* const* data) {
   const tensor_view* x = &cmd->inputs[0];
   quant_job job = {
-      .x = (const float*)x->data, .codes = (const uint8_t*)cmd->inputs[1].data,
-      .scales = (const float*)cmd->inputs[2].data, .zeros = (const float*)cmd->inputs[3].data,
+      .x = data[0], .codes = data[1], .scales = data[2], .zeros = data[3],
       .out = (float*)cmd->outputs[0].data, .k = x->shape[x->ndim - 1], .n = cmd->inputs[1].shape[0],
       .group = attr_int(cmd, ATTR_weight_only_linear_group_size), .bits = (int)attr_int(cmd, ATTR_weight_only_linear_bits)};
   job.m = 1;
