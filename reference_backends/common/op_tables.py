@@ -160,8 +160,11 @@ def check_complete(tool, plugin, args, ops, table):
               f"(not in {args.implemented}): {' '.join(missing)}", file=sys.stderr)
         return 1
     declared = op_rows.fallbacks(args.implemented)
-    print(f"all {len(ops)} kernel ops of {args.ops_yaml} are implemented"
-          + (f" ({len(declared)} declared host fallback: {' '.join(declared)})" if declared else ""))
+    if declared:
+        print(f"all {len(ops)} kernel ops of {args.ops_yaml} are accounted for: {len(ops) - len(declared)} "
+              f"implemented, {len(declared)} declared host fallback ({' '.join(declared)})")
+    else:
+        print(f"all {len(ops)} kernel ops of {args.ops_yaml} are implemented")
     return 0
 
 
