@@ -115,6 +115,8 @@ def test_each_case_has_the_property_its_name_promises():
                 assert array.dtype == np.bool_, where
             elif port.role == "index":
                 assert array.dtype.kind == "i", where
+            elif port.role == "quantized":
+                assert array.dtype == np.int8, where
             else:
                 assert array.dtype.name == dtype, where
 

@@ -121,3 +121,54 @@ def test_bad_schemes_are_named():
         QuantScheme(rotate="fft")
     with pytest.raises(ValueError, match="group_size"):
         QuantScheme(bits=4, group_size=7)
+
+
+@pytest.mark.parametrize("bits,symmetric", [(8, True), (8, False), (4, True), (4, False)])
+@pytest.mark.parametrize("rows", [1, 3, 20])  # the kernel's dot path (decode) and its BLAS path (prefill)
+def test_weight_only_linear_op_matches_numpy(dev, bits, symmetric, rows):
+    import oar
+    from oar.quantization import QuantScheme, dequantize_array, quantize_array
+    from oar.quantization.weights import pack_int4
+
+    rng = np.random.default_rng(bits * 10 + rows)
+    w = rng.standard_normal((300, 256)).astype(np.float32)  # 300 rows: several blocks of 64, the last partial
+    x = rng.standard_normal((rows, 2, 256)).astype(np.float32)
+    codes, scales, zeros = quantize_array(w, QuantScheme(bits=bits, group_size=64, symmetric=symmetric))
+    packed = codes if bits == 8 else pack_int4(codes)
+    got = oar.weight_only_linear(*(oar.tensor(a, device=dev) for a in (x, packed, scales, zeros)),
+                                 bits=bits, group_size=64).numpy()
+    want = x @ dequantize_array(codes, scales, zeros, 64).T
+    assert got.shape == (rows, 2, 300)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_weight_only_linear_rejects_bad_inputs_by_name(dev):
+    import oar
+
+    x, scales = oar.zeros([2, 64], device=dev), oar.ones([8, 2], device=dev)
+    codes = oar.zeros([8, 32], dtype="int8", device=dev)
+    with pytest.raises(Exception, match="qweight.*int8"):
+        oar.weight_only_linear(x, oar.zeros([8, 32], device=dev), scales, scales, bits=4, group_size=32)
+    with pytest.raises(Exception, match=r"qweight must have shape \(8, 64\)"):
+        oar.weight_only_linear(x, codes, scales, scales, bits=8, group_size=32)
+    with pytest.raises(Exception, match="zeros' must have shape"):
+        oar.weight_only_linear(x, codes, scales, oar.ones([8, 3], device=dev), bits=4, group_size=32)
+    with pytest.raises(Exception, match="bits must be 4 or 8"):
+        oar.weight_only_linear(x, codes, scales, scales, bits=3, group_size=32)
+
+
+def test_quantized_linear_keeps_gradients_through_the_dequantized_path(dev):
+    import oar
+    import oar.nn as nn
+    from oar.quantization import QuantizedLinear, QuantScheme
+
+    q = QuantizedLinear.from_linear(nn.Linear(64, 8).to(oar.device(dev)), QuantScheme(bits=4, group_size=32))
+    x = oar.tensor(np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32), device=dev)
+    with oar.no_grad():
+        fast = q(x).numpy()
+    x.requires_grad_(True)
+    y = q(x)
+    y.sum().backward()
+    np.testing.assert_allclose(y.detach().numpy(), fast, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), np.broadcast_to(q.dequantized_weight().numpy().sum(0), (3, 64)),
+                               rtol=1e-5, atol=1e-5)

@@ -461,6 +461,26 @@ def case_names(op: str, spec: Op, dtype: str) -> list[str]:
     return names
 
 
+def _weight_only_linear(case, attrs):
+    """x [M, K], qweight [N, K or K/2 for 4 bits], scales/zeros [N, K/group]; M > 8 takes the kernels' prefill path."""
+    sizes = {"basic": (3, 10, 64), "strided": (3, 10, 64), "empty": (0, 10, 64), "large": (20, 300, 256)}.get(case)
+    if sizes is None:
+        return None
+    m, n, k = sizes
+    bits, group = attrs.get("bits", 4), attrs.get("group_size", 32)
+    return [(m, k), (n, k if bits == 8 else k // 2), (n, k // group), (n, k // group)], {}
+
+
+def _quantized_codes(rng, shape, shapes, attrs):
+    """Every int8 byte: 8-bit codes in [-128, 127], or two 4-bit codes packed in one byte."""
+    return rng.integers(-128, 128, shape)
+
+
+RULES["weight_only_linear"] = {"shapes": _weight_only_linear, "required": {"bits": 4, "group_size": 32},
+                               "alternatives": {"bits": 8}, "quantized": _quantized_codes,
+                               "domain": {"scales": (0.01, 0.1), "zeros": (-2.0, 2.0)}}
+
+
 # ---- building a case ----------------------------------------------------------------------------------
 
 def _case_setup(op: str, spec: Op, dtype: str, name: str) -> tuple[str, dict, int]:
@@ -527,6 +547,8 @@ def build(op: str, spec: Op, dtype: str, name: str, rng: np.random.Generator) ->
         shape = shapes[index]
         if role == "condition":
             array = rng.random(shape) < 0.5
+        elif role == "quantized":
+            array = np.asarray(rule["quantized"](rng, shape, shapes, attrs)).astype(np.int8)
         elif role == "index":
             maker = rule.get("index")
             if maker is None:

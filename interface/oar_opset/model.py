@@ -17,8 +17,8 @@ DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32",
 # out_dtype rules; any name of DTYPES is also a rule (a fixed output dtype).
 OUT_DTYPE_RULES = ("same", "promote", "float", "accumulate", "attr")
 # Input roles: a data input's dtype is one of the op's dtypes; an index input is int32/int64 positions;
-# a condition input is bool (or any dtype read as != 0).
-ROLES = ("data", "index", "condition")
+# a condition input is bool (or any dtype read as != 0); a quantized input holds int8/uint8 low-bit codes.
+ROLES = ("data", "index", "condition", "quantized")
 # How the compiler (oar_codegen.lower) fuses an op; an op without one runs as the plugin's kernel.
 FUSION_CLASSES = ("elementwise", "reduction", "last_dim", "row_norm", "row_loss")
 # How an op on distributed tensors derives its output placements (oar.distributed implements each rule).

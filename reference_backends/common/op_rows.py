@@ -41,7 +41,7 @@ ATTR_TYPES = {
     "ints": "OAR_ATTR_INTS", "floats": "OAR_ATTR_FLOATS", "string": "OAR_ATTR_STRING",
     "dtype": "OAR_ATTR_DTYPE",
 }
-ROLES = {"data": "ROLE_DATA", "index": "ROLE_INDEX", "condition": "ROLE_CONDITION"}
+ROLES = {"data": "ROLE_DATA", "index": "ROLE_INDEX", "condition": "ROLE_CONDITION", "quantized": "ROLE_QUANTIZED"}
 OUT_RULES = {"same": "OUT_SAME", "promote": "OUT_PROMOTE", "float": "OUT_FLOAT",
              "accumulate": "OUT_SUM",  # floats keep their dtype, integers and bool give int64
              "attr": "OUT_ATTR"}
@@ -134,6 +134,17 @@ def op_row(op):
     }
 
 
+FALLBACK_PREFIX = "fallback "
+
+
+def fallbacks(implemented_path):
+    """The ops implemented_ops.txt declares as 'fallback NAME': knowingly without a kernel in this plugin
+    (kernel_query answers NOT_SUPPORTED and the host runs them), so --check-complete does not count them missing."""
+    with open(implemented_path, encoding="utf-8") as f:
+        lines = (line.split("#", 1)[0].strip() for line in f)
+        return [line[len(FALLBACK_PREFIX):].strip() for line in lines if line.startswith(FALLBACK_PREFIX)]
+
+
 def load(ops_yaml, implemented_path):
     """(schema_version, rows of every kernel op, rows of the ops implemented_ops.txt lists).
 
@@ -150,6 +161,10 @@ def load(ops_yaml, implemented_path):
             if not name:
                 continue
             where = f"{implemented_path}:{number}"
+            if name.startswith(FALLBACK_PREFIX):  # no kernel: the host runs it (see fallbacks)
+                if name[len(FALLBACK_PREFIX):].strip() not in by_name:
+                    raise OpRowsError(f"{where}: {name[len(FALLBACK_PREFIX):].strip()} is not an op of {ops_yaml}")
+                continue
             if name in views:
                 raise OpRowsError(f"{where}: {name} is a view op (the runtime implements it)")
             if name not in by_name:

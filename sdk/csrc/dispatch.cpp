@@ -87,6 +87,15 @@ DtypePlan promote(const OpSchema& op, PyObject* const* inputs, size_t num_inputs
       }
       continue;
     }
+    if (spec.role == Role::Quantized) {
+      if (!tensor) throw py::type_error(op.name + "(): input '" + spec.name + "' must be an int8 tensor of codes");
+      ScalarType type = impl_of(input).dtype;
+      if (type != ScalarType::Int8) {
+        dtype_error(op.name + ": input '" + spec.name + "' has dtype " + scalar_info(type).name +
+                    "; quantized codes must be int8");
+      }
+      continue;
+    }
     if (spec.role == Role::Condition) {
       if (tensor && impl_of(input).dtype != ScalarType::Bool) {
         dtype_error(op.name + ": input '" + spec.name + "' has dtype " + scalar_info(impl_of(input).dtype).name +

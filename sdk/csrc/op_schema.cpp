@@ -476,7 +476,10 @@ py::object register_op(py::dict spec) {
     InputSpec input;
     input.name = entry[0].cast<std::string>();
     std::string role = entry[1].cast<std::string>();
-    input.role = role == "index" ? Role::Index : (role == "condition" ? Role::Condition : Role::Data);
+    input.role = role == "index" ? Role::Index
+                 : role == "condition" ? Role::Condition
+                 : role == "quantized" ? Role::Quantized
+                                       : Role::Data;
     input.optional = entry[2].cast<bool>();
     if (!input.optional) op->min_inputs += 1;
     op->inputs.push_back(input);

@@ -22,7 +22,7 @@ constexpr size_t kMaxAttrs = 8;
 
 enum class OpKind { Creation, Unary, Binary, Ternary, Reduction, Matmul, NN, Index, View, Misc };
 enum class OutRule { Same, Promote, Float, Fixed, Attr, Sum };
-enum class Role { Data, Index, Condition };
+enum class Role { Data, Index, Condition, Quantized };
 
 struct AttrValue {
   int32_t type = OAR_ATTR_INT;

@@ -244,6 +244,36 @@ Dims embedding_rule(const RuleArgs& args) {
   return concat_dims(args.input(1).shape, {weight.shape[1]});
 }
 
+// x [..., K], qweight [N, K or K/2 (4 bits)], scales/zeros [N, K/group_size] -> [..., N].
+Dims weight_only_linear_rule(const RuleArgs& args) {
+  const std::string op = "weight_only_linear";
+  const TensorImpl& x = args.input(0);
+  const TensorImpl& qweight = args.input(1);
+  if (x.ndim() < 1) shape_error(op + ": x must have at least 1 dim, got shape " + shape_text(x.shape));
+  need_ndim(op, "qweight", qweight, 2);
+  int64_t bits = args.int_attr("bits"), group = args.int_attr("group_size");
+  if (bits != 4 && bits != 8) shape_error(op + ": bits must be 4 or 8, not " + std::to_string(bits));
+  int64_t k = x.shape[x.ndim() - 1], n = qweight.shape[0];
+  if (group <= 0 || k % group || (bits == 4 && group % 2)) {
+    shape_error(op + ": group_size " + std::to_string(group) + " must be positive, divide in_features " +
+                std::to_string(k) + (bits == 4 ? " and be even" : ""));
+  }
+  Dims packed{n, bits == 8 ? k : k / 2}, grouped{n, k / group};
+  if (qweight.shape != packed) {
+    shape_error(op + ": qweight must have shape " + shape_text(packed) + " for x " + shape_text(x.shape) +
+                " and bits=" + std::to_string(bits) + ", got " + shape_text(qweight.shape));
+  }
+  for (size_t j = 2; j < 4; ++j) {
+    if (args.input(j).shape != grouped) {
+      shape_error(op + ": input '" + args.op.inputs[j].name + "' must have shape " + shape_text(grouped) + ", got " +
+                  shape_text(args.input(j).shape));
+    }
+  }
+  Dims out = x.shape;
+  out[x.ndim() - 1] = n;
+  return out;
+}
+
 Dims cross_entropy_shape(const std::string& op, const TensorImpl& logits, const TensorImpl& target,
                          const RuleArgs& args) {
   need_ndim(op, "logits", logits, 2);
@@ -356,6 +386,7 @@ const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
     {"rms_norm", norm_rule},
     {"rms_norm_backward_input", norm_rule},
     {"embedding", embedding_rule},
+    {"weight_only_linear", weight_only_linear_rule},
     {"cross_entropy", cross_entropy_rule},
     {"cross_entropy_backward", cross_entropy_backward_rule},
     {"gather", gather_rule},

@@ -718,6 +718,18 @@ def embedding(weight, indices):
 
 
 @_export
+def weight_only_linear(x, qweight, scales, zeros, bits, group_size):
+    codes = qweight.astype(np.int64)
+    if bits == 4:  # byte + 128 holds code + 8 of the even feature low, of the odd one high
+        u = codes + 128
+        codes = np.stack([(u & 15) - 8, (u >> 4) - 8], axis=-1).reshape(codes.shape[0], -1)
+    n, k = codes.shape
+    groups = codes.astype(np.float64).reshape(n, k // group_size, group_size)
+    w = ((groups - zeros[..., None]) * scales[..., None]).reshape(n, k)
+    return (x.astype(np.float64) @ w.T).astype(x.dtype)
+
+
+@_export
 def cross_entropy(logits, target, reduction="mean", ignore_index=-100):
     logits64 = logits.astype(np.float64)
     target = target.astype(np.int64)

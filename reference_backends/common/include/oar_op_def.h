@@ -29,7 +29,7 @@ typedef enum op_kind {
 /* How the output dtype follows from the inputs (ops.yaml out_dtype; accumulate is OUT_SUM). */
 typedef enum out_rule { OUT_SAME, OUT_PROMOTE, OUT_FLOAT, OUT_FIXED, OUT_ATTR, OUT_SUM } out_rule;
 /* What an input is, for its dtype check: the op's dtypes, int32/int64 indices, bool condition. */
-typedef enum input_role { ROLE_DATA, ROLE_INDEX, ROLE_CONDITION } input_role;
+typedef enum input_role { ROLE_DATA, ROLE_INDEX, ROLE_CONDITION, ROLE_QUANTIZED } input_role;
 
 /* One attribute of ops.yaml: its OAR_ATTR_* type and, unless required, its default
    (oar/plugin_support.h's declaration, which its attribute checks read). */

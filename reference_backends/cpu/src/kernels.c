@@ -115,6 +115,9 @@ static bool supports(const op_def* op, const uint8_t* ids, uint32_t num_inputs) 
       case ROLE_CONDITION:
         if (id != DTYPE_BOOL) return false;
         break;
+      case ROLE_QUANTIZED:
+        if (id != DTYPE_I8 && id != DTYPE_U8) return false;
+        break;
       default:
         if (!(op->dtype_mask & (1u << id))) return false;
         /* Only elementwise binary/ternary ops promote mixed data inputs. */

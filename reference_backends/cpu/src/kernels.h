@@ -112,7 +112,8 @@ typedef enum out_rule {
 typedef enum input_role {
   ROLE_DATA,      /* dtype from the op's dtypes list */
   ROLE_INDEX,     /* int32 or int64 (inputs named indices, target) */
-  ROLE_CONDITION  /* bool (inputs named condition) */
+  ROLE_CONDITION, /* bool (inputs named condition) */
+  ROLE_QUANTIZED  /* int8 or uint8 low-bit codes (weight_only_linear's qweight) */
 } input_role;
 
 typedef oar_ps_attr_def op_attr_def; /* name, OAR_ATTR_* type, required, default */

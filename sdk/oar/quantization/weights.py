@@ -97,7 +97,7 @@ def hadamard_rotation(k: int, seed: int) -> np.ndarray:
 
 class QuantizedLinear(nn.Module):
     """A Linear whose weight is stored as int8 / packed int4 codes with per-group scales (and
-    zeros); forward dequantizes on the device and runs the matmul (after x @ rotation when
+    zeros); forward runs the op weight_only_linear, which dequantizes inside the matmul (after x @ rotation when
     the scheme rotates: (x R)(W R)^T = x W^T for orthogonal R)."""
 
     def __init__(self, in_features: int, out_features: int, scheme: QuantScheme, bias: bool = False):
@@ -151,7 +151,11 @@ class QuantizedLinear(nn.Module):
     def forward(self, x):
         if self.rotation is not None:
             x = oar.matmul(x, self.rotation)
-        return F.linear(x, self.dequantized_weight(), self.bias)
+        if oar.is_grad_enabled() and x.requires_grad:  # the op has no backward: differentiate the dequantized path
+            return F.linear(x, self.dequantized_weight(), self.bias)
+        y = oar.weight_only_linear(x, self.qweight, self.scales, self.zeros, bits=self.scheme.bits,
+                                   group_size=self.scheme.group_size)
+        return y if self.bias is None else oar.add(y, self.bias)
 
     def extra_repr(self) -> str:
         s = self.scheme
