@@ -338,6 +338,17 @@ RULES: dict[str, dict[str, Any]] = {
                                  "large": [(300, 301)], "grad": [(4, 5)]}),
               "alternatives": {"diagonal": [1, -2]}}
        for name in ("tril", "triu")},
+    # ops for real models (A)
+    **{name: {"grad_values": "grid"} for name in ("hardtanh", "hardswish", "hardsigmoid", "leaky_relu", "elu")},
+    "softplus": {"alternatives": {"beta": 2.0, "threshold": 1.0}},
+    "log1p": {"domain": (-0.5, 4.0)},
+    "floor_divide": {"domain": {"b": (-2.0, 2.0, "nonzero")}},
+    "remainder": {"domain": {"b": (-2.0, 2.0, "nonzero")}, "grad_values": "grid"},
+    "argmin": {"required": {"dim": 1}},
+    "any": {"domain": (-2.0, 2.0, "zeros")},
+    "all": {"domain": (-2.0, 2.0, "zeros")},
+    "cumsum": {"required": {"dim": 1}},
+    "cumprod": {"required": {"dim": 1}, "domain": (0.5, 1.5)},
 }
 
 

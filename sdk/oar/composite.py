@@ -37,7 +37,7 @@ from oar.tensor import Tensor, dtype_of, full, to_tensor
 __all__ = [
     "index", "index_put", "masked_fill", "repeat", "repeat_interleave", "narrow", "floor_divide", "remainder",
     "div", "add", "sub", "clamp", "std", "var", "argmax", "argmin", "sort", "topk", "addmm", "baddbmm", "einsum",
-    "relu6", "amax", "amin", "SortResult", "TopkResult",
+    "relu6", "amax", "amin", "multinomial", "SortResult", "TopkResult",
 ]
 
 SortResult = namedtuple("SortResult", ["values", "indices"])
@@ -515,6 +515,47 @@ def _contract_pair(a: Tensor, at: str, b: Tensor, bt: str, later: str, sizes: di
     return out.reshape([sizes[c] for c in term]), term
 
 
+# ---- sampling ------------------------------------------------------------------------------------
+
+def multinomial(probs: Tensor, num_samples: int, replacement: bool = False) -> Tensor:
+    """Indices drawn from each row of probs (non-negative weights, not necessarily normalized),
+    int64 of shape [..., num_samples]. The uniforms come from ``oar.rand`` (Philox-4x32-10 at the
+    global seed and offset), so every device draws the same indices. With replacement: the
+    count of cumulative probabilities below each uniform; without: the num_samples largest
+    Gumbel-perturbed log-weights (``argsort``), which samples without replacement exactly."""
+    from oar.tensor import rand
+
+    if probs.ndim not in (1, 2):
+        raise ValueError(f"multinomial: probs must be 1-d or 2-d, got shape {tuple(probs.shape)}")
+    if probs.dtype.name not in ("float32", "float64"):
+        raise TypeError(f"multinomial: probs must be float32 or float64, got {probs.dtype.name}")
+    rows = probs if probs.ndim == 2 else probs.reshape([1, -1])
+    n, categories = rows.shape
+    if categories == 0:
+        raise ValueError("multinomial: probs has no categories")
+    if not replacement and num_samples > categories:
+        raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement "
+                         f"from {categories} categories")
+    bad = _ops.any(_ops.logical_or(_ops.lt(rows, 0), _ops.logical_not(_ops.lt(rows, math.inf))))
+    if bad.item():
+        raise ValueError("multinomial: probs must be finite and non-negative")
+    totals = _ops.sum(rows, dim=[1], keepdim=True)
+    if _ops.any(_ops.le(totals, 0)).item():
+        raise ValueError("multinomial: every row of probs must have a positive sum")
+    if replacement:
+        cdf = _ops.cumsum(rows / totals, dim=1)  # [n, c]
+        u = rand(n, num_samples, dtype=rows.dtype, device=rows.device)  # [n, s]
+        below = _ops.lt(cdf.reshape([n, 1, categories]), u.reshape([n, num_samples, 1]))
+        drawn = _ops.minimum(_ops.sum(below, dim=[2]), categories - 1)  # rounding: never past the last
+    else:
+        u = rand(n, categories, dtype=rows.dtype, device=rows.device)
+        gumbel = _ops.neg(_ops.log(_ops.neg(_ops.log(_ops.clamp(u, min=1e-30, max=1.0)))))
+        keys = _ops.where(_ops.gt(rows, 0), _ops.log(rows) + gumbel, -math.inf)
+        drawn = _ops.slice(_ops.argsort(keys, dim=1, descending=True), dim=1, start=0, stop=num_samples)
+        drawn = drawn.contiguous()
+    return drawn if probs.ndim == 2 else drawn.reshape([num_samples])
+
+
 # ---- activations and factories ----------------------------------------------------------------
 
 def relu6(x: Tensor) -> Tensor:
@@ -588,7 +629,7 @@ def _install_methods() -> None:
         "repeat": repeat, "repeat_interleave": repeat_interleave, "narrow": narrow,
         "add": add, "sub": sub, "div": div, "clamp": clamp, "clip": clamp,
         "var": var, "std": std, "argmax": argmax, "argmin": argmin, "amax": amax, "amin": amin,
-        "sort": sort, "topk": topk, "relu6": relu6,
+        "sort": sort, "topk": topk, "relu6": relu6, "multinomial": multinomial,
         "new_zeros": new_zeros, "new_ones": new_ones, "new_full": new_full, "new_tensor": new_tensor,
     }
     for name, method in methods.items():

@@ -192,3 +192,44 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     if dropout_p > 0.0 and training:
         probs = dropout(probs, dropout_p, training=True)
     return oar.matmul(probs, v)
+
+
+# ---- activations of real models (issue 14 A): torch's signatures over their ops ----
+
+__all__ += ["hardtanh", "relu6", "hardswish", "hardsigmoid", "leaky_relu", "elu", "softplus", "mish", "logsumexp"]
+
+
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
+    return oar.ops.hardtanh(x, min_val=float(min_val), max_val=float(max_val))
+
+
+def relu6(x):
+    return oar.ops.hardtanh(x, min_val=0.0, max_val=6.0)
+
+
+def hardswish(x):
+    return oar.ops.hardswish(x)
+
+
+def hardsigmoid(x):
+    return oar.ops.hardsigmoid(x)
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    return oar.ops.leaky_relu(x, negative_slope=float(negative_slope))
+
+
+def elu(x, alpha: float = 1.0):
+    return oar.ops.elu(x, alpha=float(alpha))
+
+
+def softplus(x, beta: float = 1.0, threshold: float = 20.0):
+    return oar.ops.softplus(x, beta=float(beta), threshold=float(threshold))
+
+
+def mish(x):
+    return oar.ops.mish(x)
+
+
+def logsumexp(x, dim, keepdim: bool = False):
+    return oar.ops.logsumexp(x, dim=[dim] if isinstance(dim, int) else list(dim), keepdim=keepdim)
