@@ -140,7 +140,7 @@ def test_remainder_gradient_and_int_extremes():
 def test_add_sub_alpha_clamp_tensor_bounds_logical_ops():
     a, ta = _pair(_values((3, 4), seed=7))
     b, tb = _pair(_values((4,), seed=8))
-    _close(oar.add(a, b, alpha=2.5), torch.add(ta, tb, alpha=2.5))
+    _close(a.add(b, alpha=2.5), torch.add(ta, tb, alpha=2.5))
     _close(a.sub(b, alpha=-3), ta.sub(tb, alpha=-3))
     lo, tlo = _pair(_values((3, 1), seed=9, low=-2, high=0))
     hi, thi = _pair(_values((4,), seed=10, low=0, high=2))

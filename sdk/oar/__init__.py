@@ -73,11 +73,12 @@ for _name in ops.names:
     if _name not in globals():
         globals()[_name] = getattr(ops, _name)
 del _name
-# torch's signatures over the ops (alpha, rounding_mode, tensor bounds, no dim, ...) and the
+# torch's signatures over the ops (rounding_mode, tensor bounds, no dim, ...; oar.add stays the op,
+# Tensor.add / Tensor.sub take alpha) and the
 # compositions of oar.composite (it also installs tensor indexing, //, % and the Tensor methods)
 from oar.composite import (  # noqa: E402,A004
-    add, addmm, amax, amin, argmax, argmin, baddbmm, clamp, div, einsum, masked_fill, multinomial, narrow, relu6,
-    repeat_interleave, sort, std, sub, topk, var,
+    addmm, amax, amin, argmax, argmin, baddbmm, clamp, div, einsum, masked_fill, multinomial, narrow, relu6,
+    repeat_interleave, sort, std, topk, var,
 )
 
 __all__ += [

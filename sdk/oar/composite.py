@@ -40,6 +40,9 @@ __all__ = [
     "relu6", "amax", "amin", "multinomial", "SortResult", "TopkResult",
 ]
 
+# ops whose oar.<name> is the torch-signature function here rather than the op function itself
+TORCH_SIGNATURES = ("div", "clamp", "var", "argmax", "argmin")
+
 SortResult = namedtuple("SortResult", ["values", "indices"])
 TopkResult = namedtuple("TopkResult", ["values", "indices"])
 
