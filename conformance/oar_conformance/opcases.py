@@ -339,7 +339,10 @@ RULES: dict[str, dict[str, Any]] = {
               "alternatives": {"diagonal": [1, -2]}}
        for name in ("tril", "triu")},
     # ops for real models (A)
-    **{name: {"grad_values": "grid"} for name in ("hardtanh", "hardswish", "hardsigmoid", "leaky_relu", "elu")},
+    **{name: {"grad_values": "grid"} for name in ("hardswish", "hardsigmoid")},
+    "hardtanh": {"grad_values": "grid", "alternatives": {"min_val": 0.0, "max_val": 0.6}},
+    "leaky_relu": {"grad_values": "grid", "alternatives": {"negative_slope": 0.2}},
+    "elu": {"grad_values": "grid", "alternatives": {"alpha": 0.5}},
     "softplus": {"alternatives": {"beta": 2.0, "threshold": 1.0}},
     "log1p": {"domain": (-0.5, 4.0)},
     "floor_divide": {"domain": {"b": (-2.0, 2.0, "nonzero")}},
