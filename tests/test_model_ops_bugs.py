@@ -14,10 +14,8 @@ from oar.errors import DTypeError
 
 @pytest.fixture(autouse=True)
 def _on_refcpu(dev):
-    previous = oar.get_device()
     oar.set_device(dev)
     yield
-    oar.set_device(previous)
 
 
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool"]
