@@ -117,8 +117,20 @@ TORCH = {
         lambda z: F.cross_entropy(z, t, reduction=reduction, ignore_index=ignore_index), x, g),
     "concat": lambda tensors, dim: torch.cat(tensors, dim),
     "split": lambda x, sizes, dim: torch.split(x, sizes, dim),
+    "hardtanh": lambda x, min_val=-1.0, max_val=1.0: F.hardtanh(x, min_val, max_val),
+    # torch has no double backward of hardsigmoid_backward: its elementary form instead
+    "hardswish": F.hardswish, "hardsigmoid": lambda x: torch.clamp(x + 3, 0, 6) / 6,
+    "leaky_relu": lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope),
+    "elu": lambda x, alpha=1.0: F.elu(x, alpha),
+    "softplus": lambda x, beta=1.0, threshold=20.0: F.softplus(x, beta, threshold),
+    "mish": F.mish, "log1p": torch.log1p, "expm1": torch.expm1, "remainder": torch.remainder,
+    "floor_divide": lambda a, b: torch.div(a, b, rounding_mode="floor"),  # (torch.floor_divide has no derivative)
+    "logsumexp": lambda x, dim=(), keepdim=False: torch.logsumexp(x, _dims(dim) or tuple(range(x.dim())), keepdim),
+    "cumsum": lambda x, dim: torch.cumsum(x, dim), "cumprod": lambda x, dim: torch.cumprod(x, dim),
 }
-NO_TORCH_MIRROR = {"dropout"}  # its random mask is oar's own
+# dropout: its random mask is oar's own; floor_divide: piecewise constant, its gradient is a zero
+# tensor outside the graph, so there is nothing to differentiate again (checked below)
+NO_TORCH_MIRROR = {"dropout", "floor_divide"}
 
 
 def _flat(values):
@@ -316,3 +328,12 @@ def test_gradient_of_a_gradient_that_does_not_depend_on_the_input_is_an_error(de
     assert not g.requires_grad  # d/dx of 3x is the constant 3
     with pytest.raises(RuntimeError, match="does not require grad"):
         oar.autograd.grad(g.sum(), x)
+
+
+def test_floor_divide_gradient_is_a_constant_zero(dev):
+    a = oar.tensor(np.array([0.3, -1.7, 2.5]), device=dev, requires_grad=True)
+    b = oar.tensor(np.array([1.1, 0.7, -1.3]), device=dev, requires_grad=True)
+    ga, gb = oar.autograd.grad((oar.floor_divide(a, b) * oar.tensor([1.0, 2.0, 3.0], device=dev)).sum(), (a, b),
+                               create_graph=True)
+    assert ga.tolist() == [0.0, 0.0, 0.0] and gb.tolist() == [0.0, 0.0, 0.0]
+    assert not ga.requires_grad and not gb.requires_grad

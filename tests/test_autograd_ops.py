@@ -174,6 +174,24 @@ CASES = [
     ("cross_entropy_backward_mean_ignore", "cross_entropy_backward",
      [("grad", rnd(135), True), ("logits", rnd(136, 4, 5), True), ("target", idx([3, 2, -1, 0]), False)],
      {"ignore_index": -1}),
+    # ops for real models (A): values away from each kink (+-1, +-3, 0) by more than EPS
+    ("hardtanh", "hardtanh", [("x", np.array([[-1.7, -0.6, 0.2, 0.7, 1.4]]), True)], {"min_val": -1.0, "max_val": 1.0}),
+    ("hardswish", "hardswish", [("x", np.array([[-3.6, -2.1, -0.4, 0.9, 2.6, 3.3]]), True)], {}),
+    ("hardsigmoid", "hardsigmoid", [("x", np.array([[-3.6, -2.1, -0.4, 0.9, 2.6, 3.3]]), True)], {}),
+    ("leaky_relu", "leaky_relu", [("x", away(90, 3, 4), True)], {"negative_slope": 0.2}),
+    ("elu", "elu", [("x", away(91, 3, 4), True)], {"alpha": 0.7}),
+    ("softplus", "softplus", [("x", rnd(92, 3, 4, low=-3, high=3), True)], {"beta": 2.0, "threshold": 4.0}),
+    ("mish", "mish", [("x", rnd(93, 3, 4, low=-3, high=3), True)], {}),
+    ("log1p", "log1p", [("x", rnd(94, 3, 4, low=-0.5, high=2.0), True)], {}),
+    ("expm1", "expm1", [("x", rnd(95, 3, 4), True)], {}),
+    ("remainder", "remainder", [("a", rnd(96, 3, 4, low=0.1, high=0.9), True),
+                                ("b", rnd(97, 3, 4, low=1.0, high=2.0), True)], {}),
+    ("floor_divide", "floor_divide", [("a", rnd(102, 3, 4, low=0.1, high=0.9), True),
+                                      ("b", rnd(103, 4, low=1.0, high=2.0), True)], {}),
+    ("logsumexp", "logsumexp", [("x", rnd(98, 3, 4), True)], {"dim": [1]}),
+    ("logsumexp_all", "logsumexp", [("x", rnd(99, 2, 3), True)], {"keepdim": True}),
+    ("cumsum", "cumsum", [("x", rnd(100, 3, 4), True)], {"dim": 1}),
+    ("cumprod", "cumprod", [("x", rnd(101, 3, 4, low=0.5, high=1.5), True)], {"dim": 0}),
 ]
 
 CASE_OPS = {case[1] for case in CASES}

@@ -122,7 +122,7 @@ def test_the_stated_facts_of_ops_yaml():
                                                              "index_select", "index_add", "one_hot")},
                      ("cross_entropy", "target"): "index", ("cross_entropy_backward", "target"): "index",
                      ("where", "condition"): "condition", ("weight_only_linear", "qweight"): "quantized"}
-    assert {op.name for op in opset if op.nonempty_reduction} == {"max", "min", "argmax"}
+    assert {op.name for op in opset if op.nonempty_reduction} == {"max", "min", "argmax", "argmin"}
     assert opset.fused_as("row_norm") == {"rms_norm", "layer_norm", "rms_norm_backward_input",
                                           "layer_norm_backward_input"}
     assert not any(op.method for op in opset.of_kind("creation"))

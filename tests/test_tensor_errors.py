@@ -53,10 +53,11 @@ def test_shape_mismatch(dev, baseline):
 
 def test_dtype_mismatch(dev, baseline):
     x = oar.ones(3)
+    ints = oar.ones(3, dtype=oar.int64)
     held = _allocated(dev)
-    with pytest.raises(oar.DTypeError, match="logical_or: input 'a' has dtype float32, which logical_or does not "
-                                             "accept \\(it accepts bool\\)"):
-        oar.logical_or(x, x)
+    with pytest.raises(oar.DTypeError, match="isnan: input 'x' has dtype int64, which isnan does not "
+                                             "accept \\(it accepts float32"):
+        oar.isnan(ints)
     with pytest.raises(oar.DTypeError, match="gather: input 'indices' has dtype float32"):
         oar.gather(x, x, dim=0)
     with pytest.raises(TypeError):  # DTypeError is a TypeError too
@@ -128,7 +129,7 @@ def test_op_the_plugin_lacks_with_the_fallback_off(dev, baseline, monkeypatch):
 def test_bad_arguments_do_not_leak(dev, baseline):
     x = oar.ones(2, 2)
     held = _allocated(dev)
-    for call in (lambda: oar.sum(x, dim=[5]), lambda: oar.softmax(x, dim=2), lambda: oar.argmax(x),
+    for call in (lambda: oar.sum(x, dim=[5]), lambda: oar.softmax(x, dim=2), lambda: oar.ops.argmax(x),
                  lambda: oar.clamp(x, min="a"), lambda: x.permute(0), lambda: oar.split(x, [3]),
                  lambda: oar.tensor([object()]), lambda: x.to("nosuchdevice"), lambda: x[None, None, 0, 0, 0]):
         with pytest.raises((TypeError, ValueError, IndexError, oar.OarError)):

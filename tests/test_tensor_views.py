@@ -105,8 +105,9 @@ def test_indexing_errors(base):
         t[..., ...]
     with pytest.raises(ValueError, match="positive"):
         t[::-1]
-    with pytest.raises(TypeError, match="index_select"):
-        t[oar.tensor([0, 1])]
+    assert t[oar.tensor([1, 0])].tolist() == [t[1].tolist(), t[0].tolist()]  # tensor indices: oar.composite
+    with pytest.raises(IndexError, match="integer or bool"):
+        t[oar.tensor([0.5])]
     with pytest.raises(TypeError, match="valid tensor indices"):
         t["a"]
     with pytest.raises(IndexError):

@@ -338,6 +338,20 @@ RULES: dict[str, dict[str, Any]] = {
                                  "large": [(300, 301)], "grad": [(4, 5)]}),
               "alternatives": {"diagonal": [1, -2]}}
        for name in ("tril", "triu")},
+    # ops for real models (A)
+    **{name: {"grad_values": "grid"} for name in ("hardswish", "hardsigmoid")},
+    "hardtanh": {"grad_values": "grid", "alternatives": {"min_val": 0.0, "max_val": 0.6}},
+    "leaky_relu": {"grad_values": "grid", "alternatives": {"negative_slope": 0.2}},
+    "elu": {"grad_values": "grid", "alternatives": {"alpha": 0.5}},
+    "softplus": {"alternatives": {"beta": 2.0, "threshold": 1.0}},
+    "log1p": {"domain": (-0.5, 4.0)},
+    "floor_divide": {"domain": {"b": (-2.0, 2.0, "nonzero")}},
+    "remainder": {"domain": {"b": (-2.0, 2.0, "nonzero")}},  # random values: a / b never an integer, where it jumps
+    "argmin": {"required": {"dim": 1}},
+    "any": {"domain": (-2.0, 2.0, "zeros")},
+    "all": {"domain": (-2.0, 2.0, "zeros")},
+    "cumsum": {"required": {"dim": 1}},
+    "cumprod": {"required": {"dim": 1}, "domain": (0.5, 1.5)},
 }
 
 

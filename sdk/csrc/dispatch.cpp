@@ -384,6 +384,7 @@ void register_dispatch(py::module_& module) {
                            (is_tensor(value.ptr()) && impl_of(value.ptr()).requires_grad))) {
       inplace_grad_error(what.c_str());
     }
+    check_no_internal_overlap(impl_of(target.ptr()), what.c_str());
   }, py::arg("target"), py::arg("value"), py::arg("what"),
      "Raise the error of an in-place change autograd cannot record (grad mode on, a tensor requires grad).");
   module.def("_clear_scalar_cache", &clear_scalar_cache,

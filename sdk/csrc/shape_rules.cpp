@@ -362,6 +362,11 @@ Dims index_add_rule(const RuleArgs& args) {
 Dims one_hot_rule(const RuleArgs& args) {
   int64_t classes = args.int_attr("num_classes");
   if (classes < 0) shape_error("one_hot: num_classes must be >= 0, got " + std::to_string(classes));
+  // The kernel never runs for an empty output, so the "index < num_classes" check of its values is made here.
+  if (classes == 0 && args.input(0).numel() > 0) {
+    throw py::index_error("one_hot: num_classes is 0, so every one of the " + std::to_string(args.input(0).numel()) +
+                          " indices is out of range (class values must be smaller than num_classes)");
+  }
   return concat_dims(args.input(0).shape, {classes});
 }
 

@@ -396,6 +396,13 @@ int set_grad(PyObject* self, PyObject* value, void*) {
     PyErr_Format(PyExc_TypeError, "grad must be a tensor or None, not %s", Py_TYPE(value)->tp_name);
     return -1;
   }
+  if (value != nullptr && value != Py_None && impl_of(value).shape != as_tensor(self)->impl.shape) {
+    // torch refuses it too: a wrong-shaped gradient would later be broadcast silently
+    std::string text = "grad: cannot assign a gradient of shape " + shape_text(impl_of(value).shape) +
+                       " to a tensor of shape " + shape_text(as_tensor(self)->impl.shape);
+    PyErr_SetString(PyExc_RuntimeError, text.c_str());
+    return -1;
+  }
   return set_slot(&as_tensor(self)->grad, value);
 }
 PyObject* get_grad_fn(PyObject* self, void*) { return get_slot(as_tensor(self)->grad_fn); }

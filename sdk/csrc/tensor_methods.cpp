@@ -44,6 +44,7 @@ PyObject* inplace(const char* name, PyObject* self, PyObject* other) {
   if (grad_enabled() && (target.requires_grad || (is_tensor(other) && impl_of(other).requires_grad))) {
     inplace_grad_error(name);
   }
+  check_no_internal_overlap(target, name);
   py::object result = py::reinterpret_steal<py::object>(binary(name, self, other));
   if (!result) throw py::error_already_set();
   ScalarType type = impl_of(result.ptr()).dtype;
@@ -254,6 +255,7 @@ int tensor_setitem(PyObject* self, PyObject* key, PyObject* value) {
     inplace_grad_error("setitem");
   }
   TensorImpl view = index_view(x, key);
+  check_no_internal_overlap(view, "setitem");
   copy_into(view, value);
   return 0;
   OAR_CATCH(-1)

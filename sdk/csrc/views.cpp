@@ -342,6 +342,16 @@ void inplace_grad_error(const char* what) {
                            "grad) is not recorded by autograd; do it under oar.no_grad() or use out-of-place ops");
 }
 
+void check_no_internal_overlap(const TensorImpl& target, const char* what) {
+  for (size_t d = 0; d < target.ndim(); ++d) {
+    if (target.strides[d] == 0 && target.shape[d] > 1) {
+      throw std::runtime_error(std::string(what) + ": more than one element of the written-to tensor (shape " +
+                               shape_text(target.shape) + ", stride 0 in dim " + std::to_string(d) +
+                               ") refers to a single memory location; clone() it before the in-place write");
+    }
+  }
+}
+
 PyObject* concat_impl(PyObject* sequence, int64_t dim) {
   static const OpSchema* concat = &find_op("concat");
   (void)concat;

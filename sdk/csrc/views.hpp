@@ -27,6 +27,9 @@ PyObject* run_view(const OpSchema& op, PyObject* const* inputs, size_t num_input
 // strides, broadcast to dst's shape, cast to its dtype) into the view dst.
 void copy_into(const TensorImpl& dst, PyObject* src_object);
 [[noreturn]] void inplace_grad_error(const char* what);
+// Raise as torch does when an in-place write targets a view whose elements share memory
+// (a stride-0 dim of size > 1, as from expand).
+void check_no_internal_overlap(const TensorImpl& target, const char* what);
 
 // The view x[key] (ints, slices, None, ...), never recorded.
 TensorImpl index_view(const TensorImpl& x, PyObject* key);

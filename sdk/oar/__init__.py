@@ -73,6 +73,13 @@ for _name in ops.names:
     if _name not in globals():
         globals()[_name] = getattr(ops, _name)
 del _name
+# torch's signatures over the ops (rounding_mode, tensor bounds, no dim, ...; oar.add stays the op,
+# Tensor.add / Tensor.sub take alpha) and the
+# compositions of oar.composite (it also installs tensor indexing, //, % and the Tensor methods)
+from oar.composite import (  # noqa: E402,A004
+    addmm, amax, amin, argmax, argmin, baddbmm, clamp, div, einsum, masked_fill, multinomial, narrow, relu6,
+    repeat_interleave, sort, std, topk, var,
+)
 
 __all__ += [
     "DType", "DTypeError", "DeviceMismatchError", "FallbackWarning", "OpNotSupportedError", "ShapeError",
@@ -81,7 +88,10 @@ __all__ += [
     "initial_seed", "int8", "int32", "int64", "is_floating_point", "is_tensor", "manual_seed", "ones",
     "ones_like", "ops", "rand", "rand_like", "randn", "randn_like", "reset_fallback_stats", "set_rng_state",
     "stack", "tensor", "to_tensor", "zeros", "zeros_like",
-] + [n for n in ops.names if n not in ("full", "arange", "rand", "randn")]
+] + [n for n in ops.names if n not in ("full", "arange", "rand", "randn")] + [
+    "addmm", "amax", "amin", "baddbmm", "einsum", "masked_fill", "multinomial", "narrow", "relu6", "repeat_interleave", "sort",
+    "std", "topk",
+]
 
 # ---- autograd, nn, optim, checkpoints ----
 from oar import autograd  # noqa: E402

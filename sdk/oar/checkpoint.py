@@ -73,7 +73,8 @@ def _tensor_to_host(t) -> tuple[str, np.ndarray]:
     """(dtype name, a C-contiguous little-endian host array holding t's bytes)."""
     name = _dtype_name(t.dtype)
     array = t.numpy() if name != "bfloat16" else _bfloat16_bits(t)
-    array = np.ascontiguousarray(array)
+    if not array.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+        array = np.array(array, order="C")
     if array.dtype.byteorder == ">":
         array = array.byteswap().view(array.dtype.newbyteorder("<"))
     return name, array

@@ -21,8 +21,13 @@ _offset = 0
 
 
 def manual_seed(seed: int) -> None:
-    """Seed the generator (any int; used as its low 64 bits) and restart the counter."""
+    """Seed the generator and restart the counter. seed is an int in [-2**63, 2**64): as torch, a
+    negative seed means its 64-bit two's complement; anything outside is a ValueError (it would
+    otherwise alias a seed inside)."""
     global _seed, _offset
+    seed = int(seed)
+    if not -(1 << 63) <= seed < (1 << 64):
+        raise ValueError(f"manual_seed: seed {seed} is outside [-2**63, 2**64 - 1]")
     with _lock:
         _seed = int(seed) & 0xFFFF_FFFF_FFFF_FFFF
         _offset = 0

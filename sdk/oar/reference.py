@@ -27,6 +27,7 @@ __all__: list[str] = []  # filled below: every op function
 
 _MASK32 = 0xFFFFFFFF
 builtins_max, builtins_min = max, min  # this module defines ops named max and min
+builtins_any = any  # ... and any, all
 
 
 def _export(fn):
@@ -475,7 +476,7 @@ def mean(x, dim=(), keepdim=False):
 
 
 def _nonempty(op: str, x, axes) -> None:
-    if any(x.shape[a] == 0 for a in axes):
+    if builtins_any(x.shape[a] == 0 for a in axes):
         raise ValueError(f"{op}: cannot reduce over an empty dimension (shape {x.shape})")
 
 
@@ -843,3 +844,155 @@ def tril(x, diagonal=0):
 @_export
 def triu(x, diagonal=0):
     return np.triu(x, diagonal)
+
+
+# ---- ops for real models (A): activations, arithmetic, reductions, scans, sorting ------------------
+
+@_export
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    x64 = x.astype(np.float64)
+    return np.where(x64 < min_val, min_val, np.where(x64 > max_val, max_val, x64))
+
+
+@_export
+def hardswish(x):
+    x64 = x.astype(np.float64)
+    return x64 * np.clip(x64 + 3.0, 0.0, 6.0) / 6.0
+
+
+@_export
+def hardsigmoid(x):
+    return np.clip(x.astype(np.float64) + 3.0, 0.0, 6.0) / 6.0
+
+
+@_export
+def leaky_relu(x, negative_slope=0.01):
+    x64 = x.astype(np.float64)
+    return np.where(x64 > 0, x64, x64 * negative_slope)
+
+
+@_export
+def elu(x, alpha=1.0):
+    x64 = x.astype(np.float64)
+    return np.where(x64 > 0, x64, alpha * np.expm1(np.minimum(x64, 0.0)))
+
+
+@_export
+def softplus(x, beta=1.0, threshold=20.0):
+    if beta == 0:
+        raise ValueError("softplus: beta must not be 0")
+    x64 = x.astype(np.float64)
+    scaled = x64 * beta
+    return np.where(scaled > threshold, x64, np.logaddexp(0.0, scaled) / beta)
+
+
+@_export
+def mish(x):
+    x64 = x.astype(np.float64)
+    return x64 * np.tanh(np.logaddexp(0.0, x64))
+
+
+@_export
+def log1p(x):
+    return np.log1p(x.astype(np.float64))
+
+
+@_export
+def expm1(x):
+    return np.expm1(x.astype(np.float64))
+
+
+def _check_integer_divisor(op: str, a, b) -> None:
+    if not np.issubdtype(np.result_type(a, b), np.floating) and np.any(b == 0):
+        raise ZeroDivisionError(f"{op}: integer division by zero")
+
+
+@_export
+def floor_divide(a, b):
+    _check_integer_divisor("floor_divide", a, b)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if np.issubdtype(np.result_type(a, b), np.floating):
+            # numpy's float // already follows Python's (fmod-based) floor division; b == 0 gives a / b
+            out = np.floor_divide(a, b)
+            return np.where(b == 0, np.true_divide(a, b), out)
+        return np.floor_divide(a, b)
+
+
+@_export
+def remainder(a, b):
+    _check_integer_divisor("remainder", a, b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.remainder(a, b)
+
+
+@_export
+def logsumexp(x, dim=(), keepdim=False):
+    axes = _axes(x, dim)
+    x64 = x.astype(np.float64)
+    if x.ndim == 0:
+        return x64.copy()
+    if builtins_any(x.shape[a] == 0 for a in axes):
+        shape = tuple(1 if a in axes else s for a, s in enumerate(x.shape)) if keepdim else \
+            tuple(s for a, s in enumerate(x.shape) if a not in axes)
+        return np.full(shape, -np.inf)
+    top = np.max(x64, axis=axes, keepdims=True)
+    shift = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(x64 - shift), axis=axes, keepdims=True)) + shift
+    return out if keepdim else np.squeeze(out, axis=axes)
+
+
+@_export
+def argmin(x, dim, keepdim=False):
+    if x.ndim == 0:
+        return np.zeros((), dtype=np.int64)
+    axis = dim % x.ndim
+    _nonempty("argmin", x, (axis,))
+    return np.argmin(x, axis=axis, keepdims=keepdim).astype(np.int64)
+
+
+@_export
+def any(x, dim=(), keepdim=False):  # noqa: A001
+    return np.any(x != 0, axis=_axes(x, dim), keepdims=keepdim)
+
+
+@_export
+def all(x, dim=(), keepdim=False):  # noqa: A001
+    return np.all(x != 0, axis=_axes(x, dim), keepdims=keepdim)
+
+
+def _scan(x, dim, function):
+    accumulate = np.float64 if np.issubdtype(x.dtype, np.floating) else np.int64
+    if x.ndim == 0:
+        return x.astype(accumulate)
+    with np.errstate(over="ignore"):
+        return function(x.astype(accumulate), axis=dim % x.ndim)
+
+
+@_export
+def cumsum(x, dim):
+    return _scan(x, dim, np.cumsum)
+
+
+@_export
+def cumprod(x, dim):
+    return _scan(x, dim, np.cumprod)
+
+
+@_export
+def argsort(x, dim=-1, descending=False):
+    if x.ndim == 0:
+        return np.zeros((), dtype=np.int64)
+    axis = dim % x.ndim
+    moved = np.moveaxis(x, axis, -1)
+    rows = moved.reshape(-1, moved.shape[-1]) if moved.size else moved.reshape(0, moved.shape[-1])
+    out = np.empty(rows.shape, dtype=np.int64)
+    for k, row in enumerate(rows):
+        is_float = np.issubdtype(row.dtype, np.floating)
+        keys = row.astype(np.float64) if is_float else row.astype(np.int64)
+        nan = np.isnan(keys) if is_float else np.zeros(keys.shape, dtype=bool)
+        # dense ranks (no overflow when reversed); NaN ranks above every number
+        _, rank = np.unique(np.where(nan, 0, keys), return_inverse=True)
+        rank = np.where(nan, rank.max(initial=0) + 1, rank.reshape(-1))
+        out[k] = np.argsort(-rank if descending else rank, kind="stable")
+    return np.moveaxis(out.reshape(moved.shape), -1, axis)

@@ -85,6 +85,11 @@ def dtype_of(value: Any) -> DType:
     return found
 
 
+def _category(dtype: DType) -> int:
+    """0 bool, 1 integer, 2 floating: the order in which torch lets a result be stored in place."""
+    return 2 if dtype.name in _FLOATING else (0 if dtype.name == "bool" else 1)
+
+
 def is_floating_point(value: Any) -> bool:
     """Whether a tensor or dtype is a floating-point type."""
     return (value.dtype if isinstance(value, Tensor) else dtype_of(value)).name in _FLOATING
@@ -298,6 +303,7 @@ class Tensor(_C.TensorBase):
 
     def copy_(self, source: Any) -> "Tensor":
         """Copy source (a tensor, a number or array-like) into this tensor, broadcast and cast."""
+        _C._check_inplace(self, source, "copy_")
         if isinstance(source, Tensor) and source.device != self.device:
             source = source.to(self.device)
         _C._copy_into(self, source)
@@ -318,30 +324,39 @@ class Tensor(_C.TensorBase):
 
         return register_post_accumulate_grad_hook(self, hook)
 
+    def _store_inplace(self, result: "Tensor", what: str) -> "Tensor":
+        # torch refuses a result its target's dtype cannot hold (float into int, int into bool)
+        if _category(result.dtype) > _category(self.dtype):
+            raise DTypeError(f"{what}: the result dtype {result.dtype.name} cannot be stored in a tensor of "
+                             f"dtype {self.dtype.name} in place (use the out-of-place op, or convert first)")
+        _C._copy_into(self, result)
+        return self
+
     def add_(self, other: Any, alpha: Any = 1) -> "Tensor":
         _C._check_inplace(self, other, "add_")
-        _C._copy_into(self, self + (other if alpha == 1 else other * alpha))
-        return self
+        return self._store_inplace(self + (other if alpha == 1 else other * alpha), "add_")
 
     def sub_(self, other: Any, alpha: Any = 1) -> "Tensor":
         _C._check_inplace(self, other, "sub_")
-        _C._copy_into(self, self - (other if alpha == 1 else other * alpha))
-        return self
+        return self._store_inplace(self - (other if alpha == 1 else other * alpha), "sub_")
 
     def mul_(self, other: Any) -> "Tensor":
         _C._check_inplace(self, other, "mul_")
-        _C._copy_into(self, self * other)
-        return self
+        return self._store_inplace(self * other, "mul_")
 
     def div_(self, other: Any) -> "Tensor":
         _C._check_inplace(self, other, "div_")
-        _C._copy_into(self, self / other)
-        return self
+        return self._store_inplace(self / other, "div_")
 
     def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":  # noqa: A002
         _C._check_inplace(self, None, "clamp_")
-        _C._copy_into(self, self.clamp(min=-math.inf if min is None else min, max=math.inf if max is None else max))
-        return self
+        if self.dtype.name not in _FLOATING:
+            for bound in (min, max):
+                if bound is not None and not isinstance(bound, Tensor) and not (math.isinf(float(bound)) or float(bound).is_integer()):
+                    raise DTypeError(f"clamp_: the bound {bound!r} is not integral, so the result cannot be "
+                                     f"stored in a tensor of dtype {self.dtype.name} in place")
+        return self._store_inplace(
+            self.clamp(min=-math.inf if min is None else min, max=math.inf if max is None else max), "clamp_")
 
     # ---- shape helpers (views, recorded as reshape/permute/transpose/split) -----------------------
 
@@ -483,6 +498,8 @@ def _host_array(data: Any, target: DType | None) -> np.ndarray:
             array = array.astype(np.float32)  # Python floats: the default float dtype
     if array.dtype == object:
         raise TypeError(f"cannot make a tensor of {type(data).__name__}: values must be numbers (got an object array)")
+    if not array.dtype.isnative:  # e.g. '>f4': device memory holds native (little-endian) bytes
+        array = array.astype(array.dtype.newbyteorder("="))
     if target is not None:
         array = array.astype(numpy_dtype(target), copy=False)
     else:
@@ -567,11 +584,34 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: DeviceLike = No
         fill_value = fill_value.item()
     target = dtype_of(dtype) if dtype is not None else _default_dtype(fill_value)
     shape = _shape_tuple(shape)
+    _check_fill_value(fill_value, target)
     if isinstance(fill_value, (int, np.integer)) and not isinstance(fill_value, bool) and abs(int(fill_value)) > 2 ** 53:
         # beyond float64's exact integers: the full op's float attr would round it
         return to_tensor(np.full(shape, int(fill_value), dtype=numpy_dtype(target)), device=device,
                          requires_grad=requires_grad)
     return _create("full", shape, target, device, requires_grad, value=float(fill_value))
+
+
+def _check_fill_value(value: Any, target: DType) -> None:
+    """torch's rule: a fill value the dtype cannot represent (beyond its range, NaN or inf for an
+    integer dtype, a finite value beyond a float dtype's max) is an error, not a saturation."""
+    name = target.name
+    if name == "bool":
+        return
+    if name in _FLOATING:
+        number = float(value)
+        if math.isfinite(number):
+            limit = float(np.finfo(numpy_dtype(target)).max) if name != "bfloat16" else 3.3895313892515355e38
+            if abs(number) > limit:
+                raise OverflowError(f"full: value {value!r} cannot be converted to {name} without overflow")
+        return
+    info = np.iinfo(numpy_dtype(target))
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        raise OverflowError(f"full: value {value!r} cannot be converted to {name} without overflow")
+    whole = int(value)  # floats truncate toward zero, as torch
+    if not info.min <= whole <= info.max:
+        raise OverflowError(f"full: value {value!r} cannot be converted to {name} without overflow "
+                            f"(its range is {info.min} to {info.max})")
 
 
 def zeros(*shape: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
@@ -592,6 +632,11 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device
         raise ValueError("arange: step must not be 0")
     all_ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, end, step))
     target = dtype_of(dtype) if dtype is not None else (int64 if all_ints else float32)
+    if target.name not in _FLOATING:
+        # torch converts the bounds and step to the integer dtype first (toward zero)
+        start, end, step = int(start), int(end), int(step)
+        if step == 0:
+            raise ValueError("arange: step truncates to 0 for an integer dtype")
     count = max(0, math.ceil((end - start) / step))
     return _create("arange", (count,), target, device, requires_grad, start=float(start), step=float(step))
 

@@ -144,11 +144,17 @@ RUN_BINARY(le, true)
 RUN_BINARY(gt, true)
 RUN_BINARY(ge, true)
 
-/* Bool operands: any nonzero byte is true. */
-BINARY_ROW(logical_and_b8, uint8_t, uint8_t, NOTHING, (a != 0) & (b != 0))
-BINARY_ROW(logical_or_b8, uint8_t, uint8_t, NOTHING, (a != 0) | (b != 0))
-static const typed_rows logical_and_rows = {.b8 = logical_and_b8};
-static const typed_rows logical_or_rows = {.b8 = logical_or_b8};
+/* Any dtype: nonzero (NaN included) is true. */
+#define LOGIC_BINARY(op, EXPR)                                                                \
+  BINARY_ROW(op##_num_f32, float, uint8_t, NOTHING, EXPR)                                     \
+  BINARY_ROW(op##_num_f64, double, uint8_t, NOTHING, EXPR)                                    \
+  BINARY_ROW(op##_num_i32, int32_t, uint8_t, NOTHING, EXPR)                                   \
+  BINARY_ROW(op##_num_i64, int64_t, uint8_t, NOTHING, EXPR)                                   \
+  BINARY_ROW(op##_b8, uint8_t, uint8_t, NOTHING, EXPR)                                        \
+  static const typed_rows op##_rows = {.f32 = op##_num_f32, .f64 = op##_num_f64,              \
+                                       .i32 = op##_num_i32, .i64 = op##_num_i64, .b8 = op##_b8};
+LOGIC_BINARY(logical_and, (a != 0) & (b != 0))
+LOGIC_BINARY(logical_or, (a != 0) | (b != 0))
 RUN_BINARY(logical_and, true)
 RUN_BINARY(logical_or, true)
 
@@ -196,4 +202,73 @@ oar_status refcpu_run_gelu_backward(const kernel_command* cmd) {
   bool tanh_form = false;
   REFCPU_TRY(gelu_backward_form(cmd, &tanh_form));
   return run_binary(cmd, tanh_form ? &gelu_backward_tanh_rows : &gelu_backward_erf_rows, false, NULL);
+}
+
+/* ---- floor_divide / remainder (Python's // and %) ---------------------------------------- */
+
+/* Float floor division as torch's div_floor: from fmod, so a / b's rounding cannot push
+   the quotient across an integer; b == 0 gives a / b. */
+#define FLOOR_DIV_F(T, a, b)                                                                    \
+  ({                                                                                            \
+    T q_;                                                                                       \
+    if ((b) == 0) {                                                                             \
+      q_ = (a) / (b);                                                                           \
+    } else {                                                                                    \
+      T mod_ = fmod((a), (b));                                                                  \
+      T div_ = ((a) - mod_) / (b);                                                              \
+      if (mod_ != 0 && (((b) < 0) != (mod_ < 0))) div_ -= (T)1;                                  \
+      if (div_ != 0) {                                                                          \
+        q_ = floor(div_);                                                                       \
+        if (div_ - q_ > (T)0.5) q_ += (T)1;                                                     \
+      } else {                                                                                  \
+        q_ = copysign((T)0, (a) / (b));                                                         \
+      }                                                                                         \
+    }                                                                                           \
+    q_;                                                                                         \
+  })
+/* Integers (b != 0, checked first): truncated quotient, one less when the signs differ and
+   it is inexact; b == -1 negates with wrap (INT_MIN // -1 is INT_MIN, as numpy). */
+#define FLOOR_DIV_I(a, b)                                                                       \
+  ((b) == -1 ? (T)((UT)0 - (UT)(a))                                                             \
+             : (T)((a) / (b) - (((a) % (b) != 0) & (((a) < 0) != ((b) < 0)))))
+#define REMAINDER_F(T, a, b)                                                                    \
+  ({                                                                                            \
+    T r_ = fmod((a), (b));                                                                      \
+    if (r_ != 0 && ((r_ < 0) != ((b) < 0))) r_ += (b);                                           \
+    r_;                                                                                         \
+  })
+#define REMAINDER_I(a, b)                                                                       \
+  ((b) == -1 ? (T)0 : (T)((a) % (b) + ((((a) % (b)) != 0) & ((((a) % (b)) < 0) != ((b) < 0))) * (b)))
+
+ARITH_BINARY(floor_divide, FLOOR_DIV_F(T, a, b), FLOOR_DIV_I(a, b))
+ARITH_BINARY(remainder, REMAINDER_F(T, a, b), REMAINDER_I(a, b))
+
+/* Integer // and % by zero: checked over b before anything is written. */
+static oar_status check_integer_divisor(const kernel_command* cmd) {
+  const tensor_view* out = &cmd->outputs[0];
+  if (out->dtype != DTYPE_I32 && out->dtype != DTYPE_I64 && out->dtype != DTYPE_I8) return OAR_SUCCESS;
+  const tensor_view* b = &cmd->inputs[1];
+  int64_t n = view_numel(b);
+  int64_t index[REFCPU_MAX_DIMS] = {0};
+  for (int64_t i = 0; i < n; i++) {
+    int64_t offset = 0;
+    for (int d = 0; d < b->ndim; d++) offset += index[d] * b->strides[d];
+    if (load_as_int(b->dtype, b->data + offset * b->elem_size) == 0)
+      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel %s: integer division by zero", cmd->op->name);
+    for (int d = b->ndim - 1; d >= 0; d--) {
+      if (++index[d] < b->shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_run_floor_divide(const kernel_command* cmd) {
+  REFCPU_TRY(check_integer_divisor(cmd));
+  return run_binary(cmd, &floor_divide_rows, false, NULL);
+}
+
+oar_status refcpu_run_remainder(const kernel_command* cmd) {
+  REFCPU_TRY(check_integer_divisor(cmd));
+  return run_binary(cmd, &remainder_rows, false, NULL);
 }

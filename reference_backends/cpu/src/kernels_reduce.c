@@ -24,6 +24,8 @@ typedef struct reduce_job {
   int64_t outer, reduced, inner; /* O, R, I */
   int64_t correction;            /* var */
   bool mean;                     /* divide the sum by R */
+  uint8_t dtype;                 /* x's, for the generic folds (any, all) */
+  int32_t elem_size;
 } reduce_job;
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -289,6 +291,60 @@ DEFINE_ARGMAX(argmax_f64, double)
 DEFINE_ARGMAX(argmax_i32, int32_t)
 DEFINE_ARGMAX(argmax_i64, int64_t)
 
+/* argmin: argmax's loops with the order reversed (the first smallest; NaN counts as smallest). */
+#undef BETTER
+#define BETTER(v, best) ((v) < (best) || ((v) != (v) && (best) == (best)))
+DEFINE_ARGMAX(argmin_f32, float)
+DEFINE_ARGMAX(argmin_f64, double)
+DEFINE_ARGMAX(argmin_i32, int32_t)
+DEFINE_ARGMAX(argmin_i64, int64_t)
+#undef BETTER
+
+/* ---- any / all over any dtype (nonzero, NaN included, is true) -------------------------- */
+
+static void truth_fold(const reduce_job* job, bool want_all) {
+  int64_t n = job->reduced, inner = job->inner;
+  for (int64_t o = 0; o < job->outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      /* all: true until a zero; any: false until a nonzero (then the scan stops) */
+      bool acc = want_all;
+      for (int64_t r = 0; r < n && acc == want_all; r++)
+        acc = load_as_double(job->dtype, job->x + ((o * n + r) * inner + i) * job->elem_size) != 0.0;
+      ((uint8_t*)job->out)[o * inner + i] = acc;
+    }
+}
+static void any_run(const reduce_job* job) { truth_fold(job, false); }
+static void all_run(const reduce_job* job) { truth_fold(job, true); }
+
+/* ---- logsumexp: max + log(sum(exp(x - max))), in double ------------------------------------ */
+
+#define DEFINE_LOGSUMEXP(name, T)                                                               \
+  static void name##_run(const reduce_job* job) {                                               \
+    int64_t n = job->reduced, inner = job->inner;                                               \
+    for (int64_t o = 0; o < job->outer; o++)                                                    \
+      for (int64_t i = 0; i < inner; i++) {                                                     \
+        const T* x = (const T*)job->x + o * n * inner + i;                                      \
+        double top = -INFINITY;                                                                 \
+        bool nan = false;                                                                       \
+        for (int64_t r = 0; r < n; r++) {                                                       \
+          double v = (double)x[r * inner];                                                      \
+          nan |= v != v;                                                                        \
+          if (v > top) top = v;                                                                 \
+        }                                                                                       \
+        double result = top;                                                                    \
+        if (nan) {                                                                              \
+          result = NAN;                                                                         \
+        } else if (isfinite(top)) {                                                             \
+          double total = 0.0;                                                                   \
+          for (int64_t r = 0; r < n; r++) total += exp((double)x[r * inner] - top);             \
+          result = top + log(total);                                                            \
+        }                                                                                       \
+        ((T*)job->out)[o * inner + i] = (T)result;                                              \
+      }                                                                                         \
+  }
+DEFINE_LOGSUMEXP(logsumexp_f32, float)
+DEFINE_LOGSUMEXP(logsumexp_f64, double)
+
 /* ---- the block form ---------------------------------------------------------------- */
 
 typedef void (*reduce_fn)(const reduce_job* job);
@@ -322,7 +378,8 @@ static oar_status reduce_blocks(const kernel_command* cmd, reduce_fn fn, int64_t
   const tensor_view* x = &cmd->inputs[0];
   const tensor_view* out = &cmd->outputs[0];
   uint32_t mask = cmd->reduce_mask;
-  reduce_job job = {.x = x->data, .out = out->data, .correction = correction, .mean = mean};
+  reduce_job job = {.x = x->data, .out = out->data, .correction = correction, .mean = mean,
+                    .dtype = x->dtype, .elem_size = x->elem_size};
   char* x_copy = NULL;
   char* out_copy = NULL;
   if (!block_form(x, mask, &job.outer, &job.reduced, &job.inner)) {
@@ -483,4 +540,39 @@ oar_status refcpu_run_argmax(const kernel_command* cmd) {
     default: fn = argmax_i64_run; break;
   }
   return reduce_blocks(cmd, fn, 0, false);
+}
+
+oar_status refcpu_check_argmin(kernel_command* cmd) { return check_not_empty(cmd); }
+
+oar_status refcpu_run_argmin(const kernel_command* cmd) {
+  if (empty_reduction(cmd) || view_numel(&cmd->outputs[0]) == 0) return OAR_SUCCESS;
+  reduce_fn fn;
+  switch (cmd->inputs[0].dtype) {
+    case DTYPE_F32: fn = argmin_f32_run; break;
+    case DTYPE_F64: fn = argmin_f64_run; break;
+    case DTYPE_I32: fn = argmin_i32_run; break;
+    default: fn = argmin_i64_run; break;
+  }
+  return reduce_blocks(cmd, fn, 0, false);
+}
+
+static oar_status run_truth(const kernel_command* cmd, bool want_all) {
+  if (empty_reduction(cmd)) {
+    fill_out(&cmd->outputs[0], want_all ? 1.0 : 0.0);
+    return OAR_SUCCESS;
+  }
+  if (view_numel(&cmd->outputs[0]) == 0) return OAR_SUCCESS;
+  return reduce_blocks(cmd, want_all ? all_run : any_run, 0, false);
+}
+
+oar_status refcpu_run_any(const kernel_command* cmd) { return run_truth(cmd, false); }
+oar_status refcpu_run_all(const kernel_command* cmd) { return run_truth(cmd, true); }
+
+oar_status refcpu_run_logsumexp(const kernel_command* cmd) {
+  if (empty_reduction(cmd)) {
+    fill_out(&cmd->outputs[0], -INFINITY);
+    return OAR_SUCCESS;
+  }
+  if (view_numel(&cmd->outputs[0]) == 0) return OAR_SUCCESS;
+  return reduce_blocks(cmd, cmd->inputs[0].dtype == DTYPE_F64 ? logsumexp_f64_run : logsumexp_f32_run, 0, false);
 }

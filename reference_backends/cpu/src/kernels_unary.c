@@ -194,3 +194,57 @@ oar_status refcpu_run_clamp(const kernel_command* cmd) {
       .hi_i64 = int_bound(hi, false, INT64_MIN, INT64_MAX)};
   return run_unary(cmd, &clamp_rows, false, &b);
 }
+
+/* ---- activations of real models (hardtanh ... expm1) ------------------------------------ */
+
+/* Float attrs of an activation, read once at launch (p[0], p[1] by op). */
+typedef struct activation_params {
+  double p[2];
+} activation_params;
+
+#define PARAM(k) ((T)((const activation_params*)context)->p[k])
+#define SOFTPLUS_T(x) (log1p(EXP_T(x)))
+
+/* NaN stays NaN: the comparisons are false for NaN, so x passes through. */
+FLOAT_UNARY(hardtanh, NOTHING, x < PARAM(0) ? PARAM(0) : (x > PARAM(1) ? PARAM(1) : x))
+FLOAT_UNARY(hardswish, NOTHING, x * (x < (T)-3 ? (T)0 : (x > (T)3 ? (T)6 : x + (T)3)) / (T)6)
+FLOAT_UNARY(hardsigmoid, NOTHING, (x < (T)-3 ? (T)0 : (x > (T)3 ? (T)6 : x + (T)3)) / (T)6)
+FLOAT_UNARY(leaky_relu, NOTHING, x > 0 ? x : x * PARAM(0))
+FLOAT_UNARY(elu, NOTHING, x > 0 ? x : PARAM(0) * expm1(x))
+/* log(1 + e^(beta x)) / beta; x itself past the threshold (torch's linear region). */
+FLOAT_UNARY(softplus, NOTHING, x * PARAM(0) > PARAM(1) ? x : SOFTPLUS_T(x * PARAM(0)) / PARAM(0))
+/* softplus(x) = x + log1p(e^-x) for x > 0 keeps e^x from overflowing. */
+FLOAT_UNARY(mish, NOTHING, x * tanh(x > 0 ? x + log1p(EXP_T(-x)) : SOFTPLUS_T(x)))
+FLOAT_UNARY(log1p, NOTHING, log1p(x))
+FLOAT_UNARY(expm1, NOTHING, expm1(x))
+RUN_UNARY(hardswish, false)
+RUN_UNARY(hardsigmoid, false)
+RUN_UNARY(mish, false)
+RUN_UNARY(log1p, false)
+RUN_UNARY(expm1, false)
+
+oar_status refcpu_run_hardtanh(const kernel_command* cmd) {
+  activation_params params = {{attr_float(cmd, ATTR_hardtanh_min_val), attr_float(cmd, ATTR_hardtanh_max_val)}};
+  return run_unary(cmd, &hardtanh_rows, false, &params);
+}
+
+oar_status refcpu_run_leaky_relu(const kernel_command* cmd) {
+  activation_params params = {{attr_float(cmd, ATTR_leaky_relu_negative_slope), 0.0}};
+  return run_unary(cmd, &leaky_relu_rows, false, &params);
+}
+
+oar_status refcpu_run_elu(const kernel_command* cmd) {
+  activation_params params = {{attr_float(cmd, ATTR_elu_alpha), 0.0}};
+  return run_unary(cmd, &elu_rows, false, &params);
+}
+
+oar_status refcpu_check_softplus(kernel_command* cmd) {
+  if (attr_float(cmd, ATTR_softplus_beta) == 0.0)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: softplus: attribute 'beta' must not be 0");
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_run_softplus(const kernel_command* cmd) {
+  activation_params params = {{attr_float(cmd, ATTR_softplus_beta), attr_float(cmd, ATTR_softplus_threshold)}};
+  return run_unary(cmd, &softplus_rows, false, &params);
+}

@@ -66,7 +66,8 @@ def reduced_dims(dim: Any, rank: int) -> list[int]:
         d = int(d)
         if not -max(rank, 1) <= d < max(rank, 1):
             raise IndexError(f"dim {d} out of range for a tensor of {rank} dims")
-        out.append(d % rank if rank else 0)
+        if rank:  # a 0-d tensor accepts dim 0 / -1 but has no dim to reduce
+            out.append(d % rank)
     return sorted(set(out))
 
 

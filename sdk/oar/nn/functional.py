@@ -17,7 +17,7 @@ __all__ = [
     "scaled_dot_product_attention", "causal_mask", "mse_loss",
     "batch_norm", "group_norm", "instance_norm", "adaptive_avg_pool2d", "adaptive_max_pool2d", "nll_loss",
     "binary_cross_entropy_with_logits", "interpolate", "pad", "conv1d", "conv_transpose2d", "relu6",
-    "hardtanh", "hardswish", "hardsigmoid", "leaky_relu", "elu", "softplus", "mish",
+    "hardtanh", "hardswish", "hardsigmoid", "leaky_relu", "elu", "softplus", "mish", "logsumexp",
 ]
 
 
@@ -565,51 +565,42 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     return out if bias is None else oar.add(out, _channel_view(bias, 4))
 
 
-# ---- activations -----------------------------------------------------------------------------------
+# ---- activations: torch's signatures over their ops ----------------------------------------------
 
 def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0):
-    """clamp(x, min_val, max_val); the gradient is 1 strictly inside, 0 at and beyond the bounds (as torch)."""
-    inside = oar.logical_and(oar.gt(x, float(min_val)), oar.lt(x, float(max_val)))
-    return oar.where(inside, x, oar.clamp(x, min=float(min_val), max=float(max_val)).detach())
+    return oar.ops.hardtanh(x, min_val=float(min_val), max_val=float(max_val))
 
 
 def relu6(x):
-    return hardtanh(x, 0.0, 6.0)
-
-
-def hardsigmoid(x):
-    """x / 6 + 1/2 clamped to [0, 1]; gradient 1/6 strictly inside (-3, 3) (as torch)."""
-    inside = oar.logical_and(oar.gt(x, -3.0), oar.lt(x, 3.0))
-    return oar.where(inside, oar.add(oar.mul(x, 1.0 / 6.0), 0.5), oar.cast(oar.ge(x, 3.0), dtype=x.dtype))
+    return oar.ops.hardtanh(x, min_val=0.0, max_val=6.0)
 
 
 def hardswish(x):
-    """x * hardsigmoid(x), by branches so that the gradients at -3 (0) and 3 (1) are torch's."""
-    middle = oar.mul(oar.mul(x, oar.add(x, 3.0)), 1.0 / 6.0)
-    return oar.where(oar.le(x, -3.0), oar.mul(x, 0.0), oar.where(oar.lt(x, 3.0), middle, x))
+    return oar.ops.hardswish(x)
+
+
+def hardsigmoid(x):
+    return oar.ops.hardsigmoid(x)
 
 
 def leaky_relu(x, negative_slope: float = 0.01):
-    return oar.where(oar.gt(x, 0.0), x, oar.mul(x, float(negative_slope)))
+    return oar.ops.leaky_relu(x, negative_slope=float(negative_slope))
 
 
 def elu(x, alpha: float = 1.0):
-    negative = oar.mul(oar.sub(oar.exp(oar.clamp(x, max=0.0)), 1.0), float(alpha))
-    return oar.where(oar.gt(x, 0.0), x, negative)
+    return oar.ops.elu(x, alpha=float(alpha))
 
 
 def softplus(x, beta: float = 1.0, threshold: float = 20.0):
-    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold (as torch)."""
-    bx = oar.mul(x, float(beta))
-    # each branch smooth and overflow-free: z + log(1 + e^-z) for z > 0, log(1 + e^z) otherwise
-    positive = oar.add(bx, oar.log(oar.add(oar.exp(oar.neg(oar.clamp(bx, min=0.0))), 1.0)))
-    negative = oar.log(oar.add(oar.exp(oar.clamp(bx, max=0.0)), 1.0))
-    soft = oar.mul(oar.where(oar.gt(bx, 0.0), positive, negative), 1.0 / float(beta))
-    return oar.where(oar.gt(bx, float(threshold)), x, soft)
+    return oar.ops.softplus(x, beta=float(beta), threshold=float(threshold))
 
 
 def mish(x):
-    return oar.mul(x, oar.tanh(softplus(x)))
+    return oar.ops.mish(x)
+
+
+def logsumexp(x, dim, keepdim: bool = False):
+    return oar.ops.logsumexp(x, dim=[dim] if isinstance(dim, int) else list(dim), keepdim=keepdim)
 
 
 # ---- losses ----------------------------------------------------------------------------------------
