@@ -477,11 +477,7 @@ static void triangle_range(void* opaque, int64_t begin, int64_t end, int chunk) 
     int64_t keep_begin = job->lower ? 0 : edge, keep_end = job->lower ? edge + 1 : cols;
     /* Both ends inside [0, cols]: a row may keep nothing (triu past the last column). */
     if (keep_begin < 0) keep_begin = 0;
-<<<<<<< HEAD
-    if (keep_begin > cols) keep_begin = cols; /* triu above the last column keeps nothing */
-=======
     if (keep_begin > cols) keep_begin = cols;
->>>>>>> opsa
     if (keep_end > cols) keep_end = cols;
     if (keep_end < keep_begin) keep_end = keep_begin;
     if (x_step == 1 && out_step == 1) {
