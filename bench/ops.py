@@ -88,8 +88,12 @@ POOL = {"small": (1, 4, 16, 16), "medium": (8, 16, 32, 32), "large": (8, 64, 112
 INDEX = {"small": (64, 16, 64), "medium": (1000, 128, 1024), "large": (32000, 1024, 4096)}
 
 UNARY_TORCH = {"relu": torch.relu, "gelu": F.gelu, "silu": F.silu, "sigmoid": torch.sigmoid,
-               "isnan": torch.isnan, "logical_not": torch.logical_not}
-POSITIVE_INPUT = {"log", "sqrt", "rsqrt", "reciprocal"}
+               "isnan": torch.isnan, "logical_not": torch.logical_not, "hardtanh": F.hardtanh,
+               "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "leaky_relu": F.leaky_relu,
+               "elu": F.elu, "softplus": F.softplus, "mish": F.mish}
+POSITIVE_INPUT = {"log", "sqrt", "rsqrt", "reciprocal", "log1p"}
+# weight_only_linear: rows of x, output features, input features (int4 codes, 128 per group).
+QUANT = {"small": (1, 256, 256), "medium": (1, 1024, 1024), "large": (8, 4096, 4096)}
 
 
 def unary_case(name: str, size: str, inputs: Inputs) -> Case:
@@ -119,6 +123,8 @@ def binary_case(name: str, size: str, inputs: Inputs) -> Case:
         (a, ta), (b, tb) = inputs.bools(*shape), inputs.bools(*shape)
     elif name == "pow":
         (a, ta), (b, tb) = inputs.uniform(0.1, 4.0, *shape), inputs.uniform(-2.0, 2.0, *shape)
+    elif name in ("floor_divide", "remainder"):  # divisors away from 0, where rounding would dominate
+        (a, ta), (b, tb) = inputs.normal(*shape), inputs.uniform(0.5, 2.0, *shape)
     elif name == "gelu_backward":
         (a, ta), (b, tb) = inputs.normal(*shape), inputs.normal(*shape)
         return Case(f"{shape}", lambda: oar.ops.gelu_backward(a, b),
@@ -148,12 +154,15 @@ def creation_case(name: str, size: str, inputs: Inputs) -> Case:
 
 def reduction_case(name: str, size: str, inputs: Inputs) -> Case:
     shape = ROWS[size]
-    x, tx = inputs.normal(*shape)
+    x, tx = inputs.bools(*shape) if name in ("any", "all") else inputs.normal(*shape)
     ours = getattr(oar.ops, name)
     peers = {"softmax": lambda: torch.softmax(tx, -1), "log_softmax": lambda: torch.log_softmax(tx, -1),
              "sum": lambda: tx.sum(-1), "mean": lambda: tx.mean(-1), "max": lambda: tx.amax(-1),
-             "min": lambda: tx.amin(-1), "argmax": lambda: tx.argmax(-1), "var": lambda: tx.var(-1)}
-    dim = -1 if name in ("softmax", "log_softmax", "argmax") else [-1]
+             "min": lambda: tx.amin(-1), "argmax": lambda: tx.argmax(-1), "var": lambda: tx.var(-1),
+             "logsumexp": lambda: torch.logsumexp(tx, -1), "argmin": lambda: tx.argmin(-1),
+             "any": lambda: tx.any(-1), "all": lambda: tx.all(-1), "cumsum": lambda: tx.cumsum(-1),
+             "cumprod": lambda: tx.cumprod(-1), "argsort": lambda: torch.sort(tx, dim=-1, stable=True).indices}
+    dim = -1 if name in ("softmax", "log_softmax", "argmax", "argmin", "cumsum", "cumprod", "argsort") else [-1]
     return Case(f"{shape} dim=-1", lambda: ours(x, dim=dim), peers[name])
 
 
@@ -294,6 +303,23 @@ def misc_case(name: str, size: str, inputs: Inputs) -> Case:
     return Case(f"{shape}", lambda: ours(x), lambda: peer(tx))
 
 
+def quant_case(size: str, inputs: Inputs) -> Case:
+    """weight_only_linear on int4 codes against torch's float32 linear on the same dequantized weight."""
+    rows, n, k = QUANT[size]
+    group = 128
+    codes = inputs.rng.integers(-8, 8, (n, k))
+    unsigned = (codes[:, 0::2] + 8) + 16 * (codes[:, 1::2] + 8)  # two codes per byte, as ops.yaml packs them
+    qweight, _ = inputs.pair((unsigned - 128).astype(np.int8), keep_dtype=True)
+    scale_array = inputs.rng.uniform(0.01, 0.1, (n, k // group)).astype(np.float32)
+    zero_array = np.zeros((n, k // group), dtype=np.float32)
+    (scales, _), (zeros, _) = inputs.pair(scale_array), inputs.pair(zero_array)
+    weight = torch.from_numpy((codes * np.repeat(scale_array, group, axis=1)).astype(np.float32))
+    x, tx = inputs.normal(rows, k)
+    return Case(f"[{rows},{k}] @ int4[{n},{k}]^T",
+                lambda: oar.ops.weight_only_linear(x, qweight, scales, zeros, bits=4, group_size=group),
+                lambda: F.linear(tx, weight))
+
+
 def make_case(op: oar_opset.Op, size: str, inputs: Inputs) -> Case:
     name = op.name
     if op.kind == "creation":
@@ -322,6 +348,8 @@ def make_case(op: oar_opset.Op, size: str, inputs: Inputs) -> Case:
         return loss_case(name, size, inputs)
     if name == "dropout":
         return unary_case(name, size, inputs)
+    if name == "weight_only_linear":
+        return quant_case(size, inputs)
     raise ValueError(f"bench/ops.py has no case for op {name!r} (kind {op.kind}) of ops.yaml: add one")
 
 
