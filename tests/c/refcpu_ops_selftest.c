@@ -739,12 +739,15 @@ static void test_binary_compare(void) {
     binary_case("logical_and", BOOL, BOOL, BOOL, flags, flags, ref_and, NULL, 0, layout, 0, __LINE__);
     binary_case("logical_or", BOOL, BOOL, BOOL, flags, flags, ref_or, NULL, 0, layout, 0, __LINE__);
   }
+  /* Logical ops read any dtype as != 0 and always give bool. */
+  binary_case("logical_and", I32, I32, BOOL, flags, flags, ref_and, NULL, 0, 0, 0, __LINE__);
+  binary_case("logical_or", F32, F32, BOOL, flags, flags, ref_or, NULL, 0, 0, 0, __LINE__);
   oar_kernel kernel = NULL;
   EXPECT_STATUS(api->kernel_query(0, "lt", (oar_dl_data_type[]){BOOL, BOOL, BOOL}, 3, &kernel),
                 OAR_ERROR_NOT_SUPPORTED, "lt");
   EXPECT_STATUS(api->kernel_query(0, "eq", (oar_dl_data_type[]){F32, F32, F32}, 3, &kernel),
                 OAR_ERROR_NOT_SUPPORTED, "eq");
-  EXPECT_STATUS(api->kernel_query(0, "logical_and", (oar_dl_data_type[]){I32, I32, BOOL}, 3, &kernel),
+  EXPECT_STATUS(api->kernel_query(0, "logical_and", (oar_dl_data_type[]){I32, I32, I32}, 3, &kernel),
                 OAR_ERROR_NOT_SUPPORTED, "logical_and");
 }
 
