@@ -68,10 +68,8 @@ static inline float nn_expf(float x) {
 
 /* ---- pooling geometry (needed by the typed row kernels) ----------------------- */
 
-typedef struct pool_geometry {
-  int64_t kernel[2], stride[2], padding[2];
-  int64_t batch, channels, in_h, in_w, out_h, out_w;
-} pool_geometry;
+/* oar/plugin_support.h's pooling window (planes = N * C), shared with the other plugins. */
+typedef oar_ps_pool2d pool_geometry;
 
 /* ---- convolution geometry ----------------------------------------------------------- */
 
@@ -508,49 +506,6 @@ oar_status refcpu_run_cross_entropy_backward(const kernel_command* cmd) {
 
 /* ---- max_pool2d / avg_pool2d and their gradients ------------------------------------------ */
 
-/* x is [N, C, H, W] (or [C, H, W]); attrs kernel_size, stride (empty: kernel_size), padding. */
-static oar_status pool_geometry_of(const char* op, const tensor_view* x, const int64_t* kernel,
-                                   int32_t kernel_count, const int64_t* stride, int32_t stride_count,
-                                   const int64_t* padding, int32_t padding_count, pool_geometry* g) {
-  if (x->ndim != 4 && x->ndim != 3)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: x must be [N, C, H, W] (or [C, H, W]), got %d dims", op,
-                       x->ndim);
-  if (kernel_count < 1 || kernel_count > 2 || stride_count > 2 || padding_count > 2 ||
-      padding_count < 1)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: kernel_size and padding need 1 or 2 entries, stride 0 to 2 "
-                       "(got %d, %d, %d)",
-                       op, kernel_count, padding_count, stride_count);
-  for (int i = 0; i < 2; i++) {
-    g->kernel[i] = kernel[kernel_count == 2 ? i : 0];
-    g->stride[i] = stride_count ? stride[stride_count == 2 ? i : 0] : g->kernel[i];
-    g->padding[i] = padding[padding_count == 2 ? i : 0];
-    if (g->kernel[i] < 1 || g->stride[i] < 1 || g->padding[i] < 0 || g->kernel[i] > INT32_MAX ||
-        g->stride[i] > INT32_MAX || g->padding[i] > INT32_MAX)
-      return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                         "kernel_launch: %s: kernel_size %" PRId64 ", stride %" PRId64
-                         " must be >= 1 and padding %" PRId64 " >= 0",
-                         op, g->kernel[i], g->stride[i], g->padding[i]);
-  }
-  int n = x->ndim;
-  g->batch = n == 4 ? x->shape[0] : 1;
-  g->channels = x->shape[n - 3];
-  g->in_h = x->shape[n - 2];
-  g->in_w = x->shape[n - 1];
-  int64_t span_h = g->in_h + 2 * g->padding[0] - g->kernel[0];
-  int64_t span_w = g->in_w + 2 * g->padding[1] - g->kernel[1];
-  if (span_h < 0 || span_w < 0)
-    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
-                       "kernel_launch: %s: the %" PRId64 "x%" PRId64 " window does not fit the padded "
-                       "%" PRId64 "x%" PRId64 " input",
-                       op, g->kernel[0], g->kernel[1], g->in_h + 2 * g->padding[0],
-                       g->in_w + 2 * g->padding[1]);
-  g->out_h = span_h / g->stride[0] + 1;
-  g->out_w = span_w / g->stride[1] + 1;
-  return OAR_SUCCESS;
-}
-
 typedef enum pool_kind { POOL_MAX, POOL_AVG } pool_kind;
 
 #define POOL_ATTRS(cmd, op, g, x)                                                             \
@@ -559,7 +514,7 @@ typedef enum pool_kind { POOL_MAX, POOL_AVG } pool_kind;
     const int64_t* k_ = attr_ints(cmd, ATTR_##op##_kernel_size, &kc_);                        \
     const int64_t* s_ = attr_ints(cmd, ATTR_##op##_stride, &sc_);                             \
     const int64_t* p_ = attr_ints(cmd, ATTR_##op##_padding, &pc_);                            \
-    REFCPU_TRY(pool_geometry_of(#op, x, k_, kc_, s_, sc_, p_, pc_, g));                       \
+    REFCPU_TRY(oar_ps_pool2d_geometry(#op, (x)->ndim, (x)->shape, kc_, k_, sc_, s_, pc_, p_, g)); \
   } while (0)
 
 /* out_shape: x's shape with H, W replaced by the pooled sizes. */
@@ -656,7 +611,7 @@ static oar_status run_pool(const kernel_command* cmd, const char* op, const pool
   pool_job job = {.g = *g, .kind = kind, .backward = backward,
                   .x = &cmd->inputs[backward ? 1 : 0], .grad = backward ? &cmd->inputs[0] : NULL,
                   .out = &cmd->outputs[0]};
-  int64_t planes = g->batch * g->channels;
+  int64_t planes = g->planes;
   if (planes == 0 || g->in_h * g->in_w == 0) return OAR_SUCCESS;
   double window = (double)(g->kernel[0] * g->kernel[1]);
   double cost = (double)(g->out_h * g->out_w) * window + (double)(g->in_h * g->in_w);

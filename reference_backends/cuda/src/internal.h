@@ -43,7 +43,7 @@ oar_status cu_fail_cuda(cudaError_t error, const char* call);
     if (cu_check_error_ != cudaSuccess) return cu_fail_cuda(cu_check_error_, where); \
   } while (0)
 
-/* ---- plugin state (plugin.cpp) ---------------------------------------------------------- */
+/* ---- plugin state (device.cpp) ---------------------------------------------------------- */
 
 struct cu_device {
   int cuda_ordinal;      /* index for cudaSetDevice (after CUDA_VISIBLE_DEVICES) */
@@ -70,6 +70,8 @@ extern cu_plugin g_cu;
 oar_status cu_check_device(const char* entry, int32_t device);
 /* cudaSetDevice for the calling thread (the runtime keeps a current device per thread). */
 oar_status cu_use_device(const char* entry, int32_t device);
+/* Passes the last error message to the host's log sink (plugin.cpp); returns status. */
+oar_status cu_log_failure(oar_status status);
 
 /* ---- device memory (memory.cpp) ---------------------------------------------------------- */
 
@@ -114,6 +116,24 @@ std::string cu_status_message(const cu_device_status& status);
 /* "op: tensor" of each index check a device kernel may report (cu_device_status::op). */
 extern const char* const cu_index_check_names[];
 extern const int cu_index_check_count;
+
+/* ---- events (event.cpp) ------------------------------------------------------------------ */
+
+struct cu_event {
+  int32_t device = 0;
+  uint32_t flags = 0;
+  cudaEvent_t event = nullptr;
+  std::atomic<bool> recorded{false};
+  cu_device_status* mirror = nullptr; /* pinned: the stream's status as the record ran */
+  ~cu_event() {
+    cudaSetDevice(g_cu.devices[device].cuda_ordinal);
+    if (event) cudaEventDestroy(event);
+    if (mirror) cudaFreeHost(mirror);
+  }
+};
+
+/* The live event of a handle, or INVALID_HANDLE naming entry. */
+oar_status cu_event_get(const char* entry, oar_event handle, std::shared_ptr<cu_event>* out);
 
 /* ---- libraries loaded at run time (libs.cpp) ---------------------------------------------- */
 

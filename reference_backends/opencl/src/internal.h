@@ -157,6 +157,17 @@ extern ocl_plugin g_ocl;
 
 oar_status ocl_check_ready(const char* entry);
 oar_status ocl_check_device(const char* entry, int32_t device);
+/* [a-z][a-z0-9_]{0,31}: what OAR_OPENCL_NAME may be. */
+bool ocl_valid_type_name(const char* name);
+
+/* The plugin-and-device entries (device.c; device_synchronize is stream.c's,
+   device_memory_info memory.c's). */
+oar_status ocl_init(void);
+oar_status ocl_finalize(void);
+oar_status ocl_device_count(int32_t* count);
+oar_status ocl_set_device(int32_t device);
+oar_status ocl_get_device(int32_t* device);
+oar_status ocl_device_get_properties(int32_t device, oar_device_properties* props);
 
 /* ---- memory.c ---------------------------------------------------------------------- */
 
@@ -166,7 +177,7 @@ oar_status ocl_resolve(ocl_device* dev, const char* entry, const char* what, con
                        uint64_t size, cl_mem* mem, uint64_t* offset);
 void ocl_memory_release_all(ocl_device* dev);
 
-/* ---- streams and events (stream.c) --------------------------------------------------- */
+/* ---- streams (stream.c) ------------------------------------------------------------- */
 
 /* The status block of a stream, shared with the events recorded on it. */
 typedef struct ocl_status_block {
@@ -202,7 +213,34 @@ oar_status ocl_stream_scratch(ocl_stream* stream, size_t bytes, cl_mem* mem);
    stream's last command (stream_query) and, when profiling, a record. */
 void ocl_stream_enqueued(ocl_stream* stream, cl_event event, const char* name, const char* category);
 void ocl_streams_release_all(ocl_device* dev);
+/* Drops a reference to a status block (the last one frees it). */
+void ocl_status_block_release(ocl_status_block* block);
+/* INVALID_ARGUMENT (or the injected fault) describing the failure recorded in words. */
+oar_status ocl_fail_from_block(const uint64_t* words, const char* entry);
+/* CL_COMMAND_EXECUTION_STATUS of event, or the error of asking for it. */
+cl_int ocl_event_status(cl_event event);
+
+/* ---- events (event.c) ------------------------------------------------------------------ */
+
+typedef struct ocl_event {
+  int32_t device;
+  uint32_t flags;
+  uint64_t handle;
+  pthread_mutex_t lock;
+  cl_event marker;           /* the last record; NULL if never recorded */
+  ocl_status_block* block;   /* of the stream it was recorded on */
+  uint64_t seq;              /* the stream's last launch sequence number at the record */
+  bool reported;             /* its failure was returned once */
+} ocl_event;
+
+oar_status ocl_event_lookup(oar_event handle, const char* entry, ocl_event** event);
 void ocl_events_release_all(void);
+
+/* ---- profiler (profiler.c) ------------------------------------------------------------- */
+
+/* Keeps a record of event (retained) when dev profiles. */
+void ocl_profile_command(ocl_device* dev, ocl_stream* stream, cl_event event, const char* name,
+                         const char* category);
 
 /* ---- kernel library (library.c, kernels.c, ops_*.c) ---------------------------------------- */
 

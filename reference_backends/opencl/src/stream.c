@@ -1,6 +1,5 @@
 /* Streams (in-order command queues), sticky errors from the status block,
- * events (markers with profiling timestamps), callbacks, device_synchronize,
- * the profiler. */
+ * callbacks, device_synchronize. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +11,7 @@ static atomic_uint_fast64_t next_stream_id = 1;
 
 /* ---- status blocks ------------------------------------------------------------------ */
 
-static void block_release(ocl_status_block* block) {
+void ocl_status_block_release(ocl_status_block* block) {
   if (block && atomic_fetch_sub(&block->refs, 1) == 1) {
     clReleaseMemObject(block->mem);
     free(block);
@@ -35,7 +34,7 @@ static const char* index_op_name(uint64_t op) {
 }
 
 /* INVALID_ARGUMENT describing the recorded failure of words. */
-static oar_status fail_from_block(const uint64_t* words, const char* entry) {
+oar_status ocl_fail_from_block(const uint64_t* words, const char* entry) {
   if (words[SB_OP] == IX_FAULT)
     return ocl_fail(OAR_ERROR_INTERNAL, "%s: failed work: kernel _opencl_fault: injected failure "
                     "(OAR_OPENCL_FAULT_INJECTION)", entry);
@@ -72,7 +71,7 @@ static oar_status stream_collect_error(ocl_stream* stream, const char* entry) {
   if (error != CL_SUCCESS) return ocl_fail_cl(error, entry, "reading the stream's status block");
   oar_status status = OAR_SUCCESS;
   if (words[SB_FIRST_SEQ] != 0) {
-    status = fail_from_block(words, entry);
+    status = ocl_fail_from_block(words, entry);
     uint64_t zero = 0;
     clEnqueueFillBuffer(stream->queue, stream->status->mem, &zero, sizeof zero, 0, SB_LAST_FAILED * sizeof zero, 0,
                         NULL, NULL);
@@ -173,7 +172,7 @@ oar_status ocl_stream_create(int32_t device, uint32_t flags, int32_t priority, o
   stream->handle = registry_add(HANDLE_STREAM, stream);
   if (!stream->handle) {
     clReleaseCommandQueue(stream->queue);
-    block_release(block);
+    ocl_status_block_release(block);
     pthread_mutex_destroy(&stream->lock);
     pthread_mutex_destroy(&stream->launch_lock);
     free(stream);
@@ -195,7 +194,7 @@ static void stream_free(ocl_stream* stream) {
   if (stream->last) clReleaseEvent(stream->last);
   clReleaseCommandQueue(stream->queue);
   if (stream->scratch) clReleaseMemObject(stream->scratch);
-  block_release(stream->status);
+  ocl_status_block_release(stream->status);
   pthread_mutex_destroy(&stream->lock);
   pthread_mutex_destroy(&stream->launch_lock);
   free(stream);
@@ -236,7 +235,7 @@ oar_status ocl_stream_synchronize(oar_stream handle) {
   return stream_collect_error(stream, "stream_synchronize");
 }
 
-static cl_int event_status(cl_event event) {
+cl_int ocl_event_status(cl_event event) {
   cl_int status = CL_COMPLETE;
   cl_int error = clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
   return error != CL_SUCCESS ? error : status;
@@ -252,7 +251,7 @@ oar_status ocl_stream_query(oar_stream handle) {
   if (last) clRetainEvent(last);
   pthread_mutex_unlock(&stream->lock);
   if (!last) return OAR_SUCCESS;
-  cl_int status = event_status(last);
+  cl_int status = ocl_event_status(last);
   clReleaseEvent(last);
   if (status < 0) {
     pthread_mutex_lock(&stream->lock);
@@ -439,184 +438,12 @@ oar_status ocl_stream_add_callback(oar_stream handle, oar_stream_callback callba
   return OAR_SUCCESS;
 }
 
-/* ---- events -------------------------------------------------------------------------------- */
-
-typedef struct ocl_event {
-  int32_t device;
-  uint32_t flags;
-  uint64_t handle;
-  pthread_mutex_t lock;
-  cl_event marker;           /* the last record; NULL if never recorded */
-  ocl_status_block* block;   /* of the stream it was recorded on */
-  uint64_t seq;              /* the stream's last launch sequence number at the record */
-  bool reported;             /* its failure was returned once */
-} ocl_event;
-
-static oar_status event_lookup(oar_event handle, const char* entry, ocl_event** event) {
-  ocl_event* found = handle ? registry_get(HANDLE_EVENT, (uint64_t)(uintptr_t)handle) : NULL;
-  if (!found) return ocl_fail(OAR_ERROR_INVALID_HANDLE, "%s: event %p is not live", entry, (void*)handle);
-  *event = found;
-  return OAR_SUCCESS;
-}
-
-oar_status ocl_event_create(int32_t device, uint32_t flags, oar_event* handle) {
-  OCL_TRY(ocl_check_ready("event_create"));
-  OCL_TRY(ocl_check_device("event_create", device));
-  if (!handle) return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "event_create: event is NULL");
-  if (flags & ~(OAR_EVENT_TIMING | OAR_EVENT_BLOCKING_SYNC))
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "event_create: unknown flags 0x%x", flags);
-  ocl_event* event = calloc(1, sizeof *event);
-  if (!event) return ocl_fail(OAR_ERROR_OUT_OF_MEMORY, "event_create: out of host memory");
-  event->device = device;
-  event->flags = flags;
-  pthread_mutex_init(&event->lock, NULL);
-  event->handle = registry_add(HANDLE_EVENT, event);
-  if (!event->handle) {
-    pthread_mutex_destroy(&event->lock);
-    free(event);
-    return ocl_fail(OAR_ERROR_OUT_OF_MEMORY, "event_create: too many events");
-  }
-  *handle = (oar_event)(uintptr_t)event->handle;
-  return OAR_SUCCESS;
-}
-
-static void event_free(ocl_event* event) {
-  if (event->marker) clReleaseEvent(event->marker);
-  block_release(event->block);
-  pthread_mutex_destroy(&event->lock);
-  free(event);
-}
-
-oar_status ocl_event_destroy(oar_event handle) {
-  OCL_TRY(ocl_check_ready("event_destroy"));
-  ocl_event* event = handle ? registry_remove(HANDLE_EVENT, (uint64_t)(uintptr_t)handle) : NULL;
-  if (!event) return ocl_fail(OAR_ERROR_INVALID_HANDLE, "event_destroy: event %p is not live", (void*)handle);
-  event_free(event); /* a queue waiting on the marker holds its own reference */
-  return OAR_SUCCESS;
-}
-
-void ocl_events_release_all(void) {
-  ocl_event* event;
-  while ((event = registry_pop_any(HANDLE_EVENT)) != NULL) event_free(event);
-}
-
-oar_status ocl_event_record(oar_event event_handle, oar_stream stream_handle) {
-  OCL_TRY(ocl_check_ready("event_record"));
-  ocl_event* event = NULL;
-  ocl_stream* stream = NULL;
-  OCL_TRY(event_lookup(event_handle, "event_record", &event));
-  OCL_TRY(ocl_stream_lookup(stream_handle, "event_record", &stream));
-  if (event->device != stream->device)
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "event_record: the event is on device %d, the stream on device %d",
-                    event->device, stream->device);
-  cl_event marker = NULL;
-  cl_int error = clEnqueueMarkerWithWaitList(stream->queue, 0, NULL, &marker);
-  if (error != CL_SUCCESS) return ocl_fail_cl(error, "event_record", "clEnqueueMarkerWithWaitList");
-  clRetainEvent(marker);
-  ocl_stream_enqueued(stream, marker, "event_record", "marker");
-  clFlush(stream->queue);
-  pthread_mutex_lock(&stream->lock);
-  uint64_t seq = stream->next_seq;
-  pthread_mutex_unlock(&stream->lock);
-  atomic_fetch_add(&stream->status->refs, 1);
-  pthread_mutex_lock(&event->lock);
-  cl_event old_marker = event->marker;
-  ocl_status_block* old_block = event->block;
-  event->marker = marker;
-  event->block = stream->status;
-  event->seq = seq;
-  event->reported = false;
-  pthread_mutex_unlock(&event->lock);
-  if (old_marker) clReleaseEvent(old_marker);
-  block_release(old_block);
-  return OAR_SUCCESS;
-}
-
-oar_status ocl_event_synchronize(oar_event handle) {
-  OCL_TRY(ocl_check_ready("event_synchronize"));
-  ocl_event* event = NULL;
-  OCL_TRY(event_lookup(handle, "event_synchronize", &event));
-  pthread_mutex_lock(&event->lock);
-  cl_event marker = event->marker;
-  ocl_status_block* block = event->block;
-  uint64_t seq = event->seq;
-  bool check = marker && !event->reported && seq > 0;
-  if (marker) clRetainEvent(marker);
-  if (block) atomic_fetch_add(&block->refs, 1);
-  pthread_mutex_unlock(&event->lock);
-  if (!marker) return OAR_SUCCESS;
-  oar_status status = OAR_SUCCESS;
-  cl_int error = clWaitForEvents(1, &marker);
-  cl_int done = event_status(marker);
-  if (error != CL_SUCCESS || done < 0) {
-    status = ocl_fail(OAR_ERROR_DEVICE_LOST, "event_synchronize: work before the record failed in the OpenCL driver: %s",
-                      ocl_error_name(error != CL_SUCCESS ? error : done));
-  } else if (check) {
-    uint64_t words[SB_WORDS];
-    ocl_device* dev = &g_ocl.devices[event->device];
-    error = clEnqueueReadBuffer(dev->sync_queue, block->mem, CL_TRUE, 0, sizeof words, words, 1, &marker, NULL);
-    if (error != CL_SUCCESS) {
-      status = ocl_fail_cl(error, "event_synchronize", "reading the stream's status block");
-    } else if (words[SB_FIRST_SEQ] != 0 && words[SB_FIRST_SEQ] <= seq) {
-      status = fail_from_block(words, "event_synchronize");
-      pthread_mutex_lock(&event->lock);
-      if (event->marker == marker) event->reported = true;
-      pthread_mutex_unlock(&event->lock);
-    }
-  }
-  clReleaseEvent(marker);
-  block_release(block);
-  return status;
-}
-
-oar_status ocl_event_query(oar_event handle) {
-  OCL_TRY(ocl_check_ready("event_query"));
-  ocl_event* event = NULL;
-  OCL_TRY(event_lookup(handle, "event_query", &event));
-  pthread_mutex_lock(&event->lock);
-  cl_int status = event->marker ? event_status(event->marker) : CL_COMPLETE;
-  pthread_mutex_unlock(&event->lock);
-  return status <= CL_COMPLETE ? OAR_SUCCESS : OAR_ERROR_NOT_READY;
-}
-
-oar_status ocl_event_elapsed_time(oar_event start_handle, oar_event end_handle, float* ms) {
-  OCL_TRY(ocl_check_ready("event_elapsed_time"));
-  ocl_event *start = NULL, *end = NULL;
-  OCL_TRY(event_lookup(start_handle, "event_elapsed_time", &start));
-  OCL_TRY(event_lookup(end_handle, "event_elapsed_time", &end));
-  if (!ms) return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "event_elapsed_time: ms is NULL");
-  if (!(start->flags & OAR_EVENT_TIMING) || !(end->flags & OAR_EVENT_TIMING))
-    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "event_elapsed_time: the %s event was created without OAR_EVENT_TIMING",
-                    !(start->flags & OAR_EVENT_TIMING) ? "start" : "end");
-  ocl_event* both[2] = {start, end};
-  cl_ulong stamps[2];
-  for (int i = 0; i < 2; i++) {
-    pthread_mutex_lock(&both[i]->lock);
-    cl_event marker = both[i]->marker;
-    if (marker) clRetainEvent(marker);
-    pthread_mutex_unlock(&both[i]->lock);
-    if (!marker)
-      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "event_elapsed_time: the %s event was never recorded",
-                      i ? "end" : "start");
-    cl_int status = event_status(marker);
-    if (status > CL_COMPLETE) {
-      clReleaseEvent(marker);
-      return ocl_fail(OAR_ERROR_NOT_READY, "event_elapsed_time: the %s event has not completed", i ? "end" : "start");
-    }
-    cl_int error = clGetEventProfilingInfo(marker, CL_PROFILING_COMMAND_END, sizeof stamps[i], &stamps[i], NULL);
-    clReleaseEvent(marker);
-    if (error != CL_SUCCESS) return ocl_fail_cl(error, "event_elapsed_time", "clGetEventProfilingInfo");
-  }
-  *ms = (float)((double)((int64_t)(stamps[1] - stamps[0])) / 1e6);
-  return OAR_SUCCESS;
-}
-
 oar_status ocl_stream_wait_event(oar_stream stream_handle, oar_event event_handle) {
   OCL_TRY(ocl_check_ready("stream_wait_event"));
   ocl_stream* stream = NULL;
   ocl_event* event = NULL;
   OCL_TRY(ocl_stream_lookup(stream_handle, "stream_wait_event", &stream));
-  OCL_TRY(event_lookup(event_handle, "stream_wait_event", &event));
+  OCL_TRY(ocl_event_lookup(event_handle, "stream_wait_event", &event));
   if (event->device != stream->device)
     return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "stream_wait_event: the event is on device %d, the stream on device %d",
                     event->device, stream->device);
@@ -633,155 +460,13 @@ oar_status ocl_stream_wait_event(oar_stream stream_handle, oar_event event_handl
   return OAR_SUCCESS;
 }
 
-/* ---- profiler ------------------------------------------------------------------------------- */
-
-typedef struct ocl_profile_entry {
-  cl_event event;
-  char name[64];
-  const char* category;
-  uint64_t stream_id;
-  struct ocl_profile_entry* next;
-} ocl_profile_entry;
-
-/* A profile record of event (retained) when dev profiles. */
-static void profile_command(ocl_device* dev, ocl_stream* stream, cl_event event, const char* name,
-                            const char* category) {
-  if (!dev->profiling) return;
-  ocl_profile_entry* entry = calloc(1, sizeof *entry);
-  pthread_mutex_lock(&dev->profile_lock);
-  if (!entry || !dev->profiling) {
-    pthread_mutex_unlock(&dev->profile_lock);
-    free(entry);
-    return;
-  }
-  clRetainEvent(event);
-  entry->event = event;
-  snprintf(entry->name, sizeof entry->name, "%s", name);
-  entry->category = category;
-  entry->stream_id = stream->id;
-  if (dev->profile_tail) dev->profile_tail->next = entry;
-  else dev->profile_head = entry;
-  dev->profile_tail = entry;
-  pthread_mutex_unlock(&dev->profile_lock);
-}
-
 void ocl_stream_enqueued(ocl_stream* stream, cl_event event, const char* name, const char* category) {
   if (!event) return;
   if (strcmp(category, "marker") != 0 && strcmp(category, "barrier") != 0 && strcmp(category, "callback") != 0)
-    profile_command(&g_ocl.devices[stream->device], stream, event, name, category);
+    ocl_profile_command(&g_ocl.devices[stream->device], stream, event, name, category);
   pthread_mutex_lock(&stream->lock);
   cl_event old = stream->last;
   stream->last = event;
   pthread_mutex_unlock(&stream->lock);
   if (old) clReleaseEvent(old);
-}
-
-oar_status ocl_profiler_start(int32_t device) {
-  OCL_TRY(ocl_check_ready("profiler_start"));
-  OCL_TRY(ocl_check_device("profiler_start", device));
-  ocl_device* dev = &g_ocl.devices[device];
-  /* the device's profiling clock against CLOCK_MONOTONIC, from one marker */
-  cl_int error = CL_SUCCESS;
-  cl_command_queue queue = clCreateCommandQueue(dev->context, dev->id, CL_QUEUE_PROFILING_ENABLE, &error);
-  if (!queue) return ocl_fail_cl(error, "profiler_start", "clCreateCommandQueue");
-  cl_event marker = NULL;
-  int64_t before = ocl_now_ns();
-  error = clEnqueueMarkerWithWaitList(queue, 0, NULL, &marker);
-  if (error == CL_SUCCESS) error = clFinish(queue);
-  int64_t after = ocl_now_ns();
-  cl_ulong stamp = 0;
-  if (error == CL_SUCCESS)
-    error = clGetEventProfilingInfo(marker, CL_PROFILING_COMMAND_END, sizeof stamp, &stamp, NULL);
-  if (marker) clReleaseEvent(marker);
-  clReleaseCommandQueue(queue);
-  if (error != CL_SUCCESS) return ocl_fail_cl(error, "profiler_start", "timing a marker");
-  pthread_mutex_lock(&dev->profile_lock);
-  if (dev->profiling) {
-    pthread_mutex_unlock(&dev->profile_lock);
-    return ocl_fail(OAR_ERROR_NOT_READY, "profiler_start: the profiler of device %d is already started", device);
-  }
-  dev->clock_offset_ns = (before + after) / 2 - (int64_t)stamp;
-  dev->profiling = true;
-  pthread_mutex_unlock(&dev->profile_lock);
-  return OAR_SUCCESS;
-}
-
-oar_status ocl_profiler_stop(int32_t device) {
-  OCL_TRY(ocl_check_ready("profiler_stop"));
-  OCL_TRY(ocl_check_device("profiler_stop", device));
-  ocl_device* dev = &g_ocl.devices[device];
-  pthread_mutex_lock(&dev->profile_lock);
-  bool was = dev->profiling;
-  dev->profiling = false;
-  pthread_mutex_unlock(&dev->profile_lock);
-  if (!was) return ocl_fail(OAR_ERROR_NOT_READY, "profiler_stop: the profiler of device %d is not started", device);
-  return OAR_SUCCESS;
-}
-
-static int by_end(const void* a, const void* b) {
-  const oar_profile_record *x = a, *y = b;
-  return (x->end_ns > y->end_ns) - (x->end_ns < y->end_ns);
-}
-
-oar_status ocl_profiler_collect(int32_t device, oar_profile_sink sink, void* user_data) {
-  OCL_TRY(ocl_check_ready("profiler_collect"));
-  OCL_TRY(ocl_check_device("profiler_collect", device));
-  if (!sink) return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "profiler_collect: sink is NULL");
-  ocl_device* dev = &g_ocl.devices[device];
-  /* take the completed entries out under the lock, call the sink without it */
-  pthread_mutex_lock(&dev->profile_lock);
-  ocl_profile_entry *done = NULL, **done_tail = &done, **link = &dev->profile_head;
-  size_t count = 0;
-  dev->profile_tail = NULL;
-  while (*link) {
-    ocl_profile_entry* entry = *link;
-    if (event_status(entry->event) <= CL_COMPLETE) {
-      *link = entry->next;
-      entry->next = NULL;
-      *done_tail = entry;
-      done_tail = &entry->next;
-      count++;
-    } else {
-      dev->profile_tail = entry;
-      link = &entry->next;
-    }
-  }
-  int64_t offset = dev->clock_offset_ns;
-  pthread_mutex_unlock(&dev->profile_lock);
-  oar_profile_record* records = count ? calloc(count, sizeof *records) : NULL;
-  size_t used = 0;
-  for (ocl_profile_entry* entry = done; entry; entry = entry->next) {
-    cl_ulong start = 0, end = 0;
-    if (records && clGetEventProfilingInfo(entry->event, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL) == CL_SUCCESS &&
-        clGetEventProfilingInfo(entry->event, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL) == CL_SUCCESS) {
-      records[used++] = (oar_profile_record){.struct_size = sizeof(oar_profile_record),
-                                             .name = entry->name,
-                                             .category = entry->category,
-                                             .device = device,
-                                             .stream_id = entry->stream_id,
-                                             .start_ns = (int64_t)start + offset,
-                                             .end_ns = (int64_t)end + offset};
-    }
-  }
-  if (used) qsort(records, used, sizeof *records, by_end);
-  for (size_t i = 0; i < used; i++) sink(&records[i], user_data);
-  free(records);
-  while (done) {
-    ocl_profile_entry* next = done->next;
-    clReleaseEvent(done->event);
-    free(done);
-    done = next;
-  }
-  return OAR_SUCCESS;
-}
-
-void ocl_profiler_release(ocl_device* dev) {
-  while (dev->profile_head) {
-    ocl_profile_entry* next = dev->profile_head->next;
-    clReleaseEvent(dev->profile_head->event);
-    free(dev->profile_head);
-    dev->profile_head = next;
-  }
-  dev->profile_tail = NULL;
-  dev->profiling = false;
 }
