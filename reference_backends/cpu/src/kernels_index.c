@@ -2,23 +2,13 @@
    index_select, index_add, one_hot, tril, triu. Index values are checked on the
    worker before anything is written: a bad one fails the command with
    INVALID_ARGUMENT (the stream's sticky error) and leaves out untouched. */
+#include "kernels_lines.h"
 #include "kernels_nn_util.h"
 
 #include <inttypes.h>
 #include <string.h>
 
 /* ---- shared -------------------------------------------------------------------- */
-
-/* A 0-d view as the 1-d view [1], so dim 0 exists. */
-static tensor_view as_rank1(const tensor_view* view) {
-  tensor_view copy = *view;
-  if (copy.ndim == 0) {
-    copy.ndim = 1;
-    copy.shape[0] = 1;
-    copy.strides[0] = 0;
-  }
-  return copy;
-}
 
 /* view with dim d fixed at index (ndim - 1 dims). */
 static tensor_view drop_dim(const tensor_view* view, int d, int64_t index) {
@@ -244,8 +234,8 @@ oar_status refcpu_check_gather(kernel_command* cmd) {
 }
 
 oar_status refcpu_run_gather(const kernel_command* cmd) {
-  tensor_view x = as_rank1(&cmd->inputs[0]), indices = as_rank1(&cmd->inputs[1]);
-  tensor_view out = as_rank1(&cmd->outputs[0]);
+  tensor_view x = lines_rank1(&cmd->inputs[0]), indices = lines_rank1(&cmd->inputs[1]);
+  tensor_view out = lines_rank1(&cmd->outputs[0]);
   int32_t dim;
   REFCPU_TRY(normalize_dim("gather", "dim", attr_int(cmd, ATTR_gather_dim), cmd->inputs[0].ndim, &dim));
   if (view_numel(&indices) == 0) return OAR_SUCCESS;
@@ -267,8 +257,8 @@ oar_status refcpu_run_gather(const kernel_command* cmd) {
 
 static oar_status run_scatter_common(const kernel_command* cmd, const char* op, int64_t dim_attr,
                                      strided_row_fn row) {
-  tensor_view x = as_rank1(&cmd->inputs[0]), indices = as_rank1(&cmd->inputs[1]);
-  tensor_view source = as_rank1(&cmd->inputs[2]), out = as_rank1(&cmd->outputs[0]);
+  tensor_view x = lines_rank1(&cmd->inputs[0]), indices = lines_rank1(&cmd->inputs[1]);
+  tensor_view source = lines_rank1(&cmd->inputs[2]), out = lines_rank1(&cmd->outputs[0]);
   int32_t dim;
   REFCPU_TRY(normalize_dim(op, "dim", dim_attr, cmd->inputs[0].ndim, &dim));
   char what[32];
@@ -362,8 +352,8 @@ oar_status refcpu_check_index_select(kernel_command* cmd) {
 }
 
 oar_status refcpu_run_index_select(const kernel_command* cmd) {
-  select_job job = {.x = as_rank1(&cmd->inputs[0]), .indices = as_rank1(&cmd->inputs[1]),
-                    .out = as_rank1(&cmd->outputs[0])};
+  select_job job = {.x = lines_rank1(&cmd->inputs[0]), .indices = lines_rank1(&cmd->inputs[1]),
+                    .out = lines_rank1(&cmd->outputs[0])};
   REFCPU_TRY(normalize_dim("index_select", "dim", attr_int(cmd, ATTR_index_select_dim), cmd->inputs[0].ndim,
                            &job.dim));
   int64_t count = job.indices.shape[0];
@@ -383,8 +373,8 @@ oar_status refcpu_check_index_add(kernel_command* cmd) {
 }
 
 oar_status refcpu_run_index_add(const kernel_command* cmd) {
-  tensor_view x = as_rank1(&cmd->inputs[0]), source = as_rank1(&cmd->inputs[1]);
-  tensor_view indices = as_rank1(&cmd->inputs[2]), out = as_rank1(&cmd->outputs[0]);
+  tensor_view x = lines_rank1(&cmd->inputs[0]), source = lines_rank1(&cmd->inputs[1]);
+  tensor_view indices = lines_rank1(&cmd->inputs[2]), out = lines_rank1(&cmd->outputs[0]);
   int32_t dim;
   REFCPU_TRY(normalize_dim("index_add", "dim", attr_int(cmd, ATTR_index_add_dim), cmd->inputs[0].ndim, &dim));
   int64_t count = indices.shape[0];

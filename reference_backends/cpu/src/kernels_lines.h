@@ -1,4 +1,4 @@
-/* Lines along one dim of a view (every other dim fixed), for the scan and sort kernels. */
+/* Lines along one dim of a view (every other dim fixed), for the scan, sort and index kernels. */
 #ifndef OAR_REFCPU_KERNELS_LINES_H_
 #define OAR_REFCPU_KERNELS_LINES_H_
 
