@@ -1040,7 +1040,8 @@ def batch_norm_backward(grad, x, stats, weight=None, eps=1e-5, training=False):
 
 
 def _grouped(x, num_groups):
-    return x.astype(np.float64).reshape(x.shape[0], num_groups, -1)
+    per_group = x.shape[1] // num_groups * _numel(x.shape[2:])
+    return x.astype(np.float64).reshape(x.shape[0], num_groups, per_group)
 
 
 @_export
@@ -1111,7 +1112,7 @@ def adaptive_max_pool2d_backward(grad, x):
     lead = x.shape[:-2]
     for i, (top, bottom) in enumerate(_adaptive_windows(h, oh)):
         for j, (left, right) in enumerate(_adaptive_windows(w, ow)):
-            window = x[..., top:bottom, left:right].astype(np.float64).reshape(lead + (-1,))
+            window = x[..., top:bottom, left:right].astype(np.float64).reshape(lead + ((bottom - top) * (right - left),))
             # the first maximum (NaN counts as the maximum, like argmax)
             first = np.argmax(np.where(np.isnan(window), np.inf, window), axis=-1)
             rows, cols = top + first // (right - left), left + first % (right - left)
