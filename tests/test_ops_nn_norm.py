@@ -262,3 +262,30 @@ def test_strided_inputs():
     _close(F.adaptive_avg_pool2d(ox, (3, 2)), TF.adaptive_avg_pool2d(torch.tensor(x), (3, 2)))
     _close(F.pad(ox, (1, 1, 2, 2), mode="reflect"), TF.pad(torch.tensor(x), (1, 1, 2, 2), mode="reflect"))
     _close(F.batch_norm(ox, None, None, training=True), TF.batch_norm(torch.tensor(x), None, None, training=True))
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5), (3, 2, 3, 4)])
+def test_batch_norm_training_double_backward_matches_torch(shape):
+    """Second derivatives through batch_norm in training (batch_norm_backward's own formulas,
+    batch_norm_backward_dx over the batch statistics) against torch's double backward, float64."""
+    c = shape[1]
+    arrays = [_values(shape, "float64"), _values((c,), "float64", 1), _values((c,), "float64", 2)]
+    w_out = _values(shape, "float64", 3)
+    results = []
+    for lib in ("oar", "torch"):
+        if lib == "oar":
+            x, w, b = (oar.tensor(a, requires_grad=True) for a in arrays)
+            out = F.batch_norm(x, None, None, w, b, training=True)
+            loss = oar.sum(oar.mul(out, oar.tensor(w_out)))
+            grads = oar.autograd.grad(loss, [x, w], create_graph=True)
+            s = sum(oar.sum(oar.mul(g, oar.tensor(_values(tuple(g.shape), "float64", 9 + k))))
+                    for k, g in enumerate(grads))
+            results.append([g.numpy() for g in oar.autograd.grad(s, [x, w])])
+        else:
+            x, w, b = (torch.tensor(a, requires_grad=True) for a in arrays)
+            out = TF.batch_norm(x, None, None, w, b, training=True)
+            grads = torch.autograd.grad((out * torch.tensor(w_out)).sum(), [x, w], create_graph=True)
+            s = sum((g * torch.tensor(_values(tuple(g.shape), "float64", 9 + k))).sum() for k, g in enumerate(grads))
+            results.append([g.numpy() for g in torch.autograd.grad(s, [x, w])])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-10)

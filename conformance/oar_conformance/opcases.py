@@ -517,7 +517,7 @@ def _resize(role: str) -> Callable:
         x = _NCHW.get(case)
         if x is None:
             return None
-        size = tuple(attrs.get("output_size") or (3, 4))
+        size = tuple(attrs.get("output_size") or ((13, 17) if case == "large" else (3, 4)))
         grad = x[:2] + size
         if role == "forward":
             return [x], {}
@@ -541,7 +541,7 @@ def _pad_shapes(backward: bool) -> Callable:
 
 
 RULES.update({
-    "batch_norm_stats": {"shapes": lambda case, attrs: None if case == "empty" else _channel_op("x")(case, attrs)},
+    "batch_norm_stats": {"shapes": _channel_op("x")},  # empty: NaN statistics, as torch
     "batch_norm": {"shapes": _channel_op("xscc"), "domain": {"stats": (0.5, 1.5)}, "alternatives": {"eps": 0.1}},
     "batch_norm_backward": {"shapes": _channel_op("xxsc"), "domain": {"stats": (0.5, 1.5)},
                             "alternatives": {"eps": 0.1}},
