@@ -114,8 +114,9 @@ static inline void plane_store(bool f64, char* base, int64_t i, double v) {
   else ((float*)base)[i] = (float)v;
 }
 
-static void resize_forward_plane(const resize_job* job, const char* x, char* out) {
-  bool f64 = job->f64;
+/* Inlined into resize_range with f64 a constant, so each dtype gets its own loops. */
+static inline __attribute__((always_inline)) void resize_forward_plane(const resize_job* job, const char* x,
+                                                                      char* out, bool f64) {
   int64_t h = job->in_h, w = job->in_w, oh = job->out_h, ow = job->out_w;
   for (int64_t i = 0; i < oh; i++) {
     for (int64_t j = 0; j < ow; j++) {
@@ -148,8 +149,8 @@ static void resize_forward_plane(const resize_job* job, const char* x, char* out
 }
 
 /* dx (an input plane) = the forward's weights transposed, applied to grad (an output plane). */
-static void resize_backward_plane(const resize_job* job, const char* grad, const char* x, char* dx) {
-  bool f64 = job->f64;
+static inline __attribute__((always_inline)) void resize_backward_plane(const resize_job* job, const char* grad,
+                                                                       const char* x, char* dx, bool f64) {
   int64_t h = job->in_h, w = job->in_w, oh = job->out_h, ow = job->out_w;
   memset(dx, 0, (size_t)(h * w) * (f64 ? sizeof(double) : sizeof(float)));
   for (int64_t i = 0; i < oh; i++) {
@@ -195,11 +196,11 @@ static void resize_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   size_t size = job->f64 ? sizeof(double) : sizeof(float);
   size_t in_plane = (size_t)(job->in_h * job->in_w) * size, out_plane = (size_t)(job->out_h * job->out_w) * size;
   for (int64_t p = begin; p < end; p++) {
-    if (!job->backward)
-      resize_forward_plane(job, job->x + p * in_plane, job->out + p * out_plane);
-    else
-      resize_backward_plane(job, job->grad + p * out_plane, job->x ? job->x + p * in_plane : NULL,
-                            job->out + p * in_plane);
+    const char* x = job->x ? job->x + p * in_plane : NULL;
+    if (!job->backward && job->f64) resize_forward_plane(job, x, job->out + p * out_plane, true);
+    else if (!job->backward) resize_forward_plane(job, x, job->out + p * out_plane, false);
+    else if (job->f64) resize_backward_plane(job, job->grad + p * out_plane, x, job->out + p * in_plane, true);
+    else resize_backward_plane(job, job->grad + p * out_plane, x, job->out + p * in_plane, false);
   }
 }
 
@@ -471,36 +472,61 @@ static oar_status padded_shape(const char* op, int ndim, const int64_t* shape, i
   return OAR_SUCCESS;
 }
 
+/* A stretch of the last dim: length output positions from out_begin that read source positions
+   source, source + 1, ... (source -1: the constant fill). */
+typedef struct pad_run {
+  int64_t out_begin, source, length;
+} pad_run;
+
 typedef struct pad_job {
-  const tensor_view *x, *out;
+  const tensor_view *x, *out;         /* pad_backward: x is the gradient's target, out the grad */
   int64_t* sources[REFCPU_MAX_DIMS]; /* per out dim: source positions */
+  pad_run* runs;                     /* the last dim as runs */
+  int64_t run_count;
   char fill[16];
-  double* accumulator; /* pad_backward: compact x-shaped sums */
+  double* accumulator;   /* pad_backward: compact x-shaped sums (float64, or float16/bfloat16 out) */
+  float* accumulator_f32; /* pad_backward into a compact float32 out: summed in place */
+  int64_t rows_per_block; /* pad_backward: rows sharing the leading unpadded dims */
 } pad_job;
 
-/* Rows of out (all dims but the last), each copied from its source row or filled. */
+/* Element offset in x (strides) of out row `row` (all dims but the last); false when the row is fill. */
+static bool pad_row_source(const pad_job* job, int64_t row, const int64_t* x_strides, int64_t* src_offset,
+                           int64_t* out_offset) {
+  const tensor_view* out = job->out;
+  int nd = out->ndim;
+  int64_t rest = row, src = 0, dst = 0;
+  bool inside = true;
+  for (int d = nd - 2; d >= 0; d--) {
+    int64_t i = rest % out->shape[d];
+    rest /= out->shape[d];
+    int64_t s = job->sources[d][i];
+    if (s < 0) inside = false;
+    else src += s * x_strides[d];
+    dst += i * out->strides[d];
+  }
+  *src_offset = src;
+  *out_offset = dst;
+  return inside;
+}
+
+/* Rows of out (all dims but the last), each copied run by run from its source row or filled. */
 static void pad_rows(void* opaque, int64_t begin, int64_t end, int chunk) {
   (void)chunk;
   const pad_job* job = opaque;
   const tensor_view *x = job->x, *out = job->out;
   int nd = out->ndim, size = out->elem_size;
-  int64_t width = out->shape[nd - 1];
+  int64_t out_step = out->strides[nd - 1], x_step = x->strides[nd - 1];
   for (int64_t row = begin; row < end; row++) {
-    int64_t rest = row, src_offset = 0, out_offset = 0;
-    bool filled = false;
-    for (int d = nd - 2; d >= 0; d--) {
-      int64_t i = rest % out->shape[d];
-      rest /= out->shape[d];
-      int64_t s = job->sources[d][i];
-      if (s < 0) filled = true;
-      else src_offset += s * x->strides[d];
-      out_offset += i * out->strides[d];
-    }
-    for (int64_t j = 0; j < width; j++) {
-      char* target = out->data + (out_offset + j * out->strides[nd - 1]) * size;
-      int64_t s = job->sources[nd - 1][j];
-      if (filled || s < 0) memcpy(target, job->fill, (size_t)size);
-      else memcpy(target, x->data + (src_offset + s * x->strides[nd - 1]) * size, (size_t)size);
+    int64_t src_offset, out_offset;
+    bool inside = pad_row_source(job, row, x->strides, &src_offset, &out_offset);
+    for (int64_t r = 0; r < job->run_count; r++) {
+      const pad_run* run = &job->runs[r];
+      char* target = out->data + (out_offset + run->out_begin * out_step) * size;
+      if (inside && run->source >= 0) {
+        nn_copy_run(target, out_step, x->data + (src_offset + run->source * x_step) * size, x_step, run->length, size);
+      } else {
+        for (int64_t k = 0; k < run->length; k++) memcpy(target + k * out_step * size, job->fill, (size_t)size);
+      }
     }
   }
 }
@@ -508,6 +534,7 @@ static void pad_rows(void* opaque, int64_t begin, int64_t end, int chunk) {
 static oar_status pad_tables(const char* op, int ndim, const int64_t* in_shape, const int64_t* out_shape,
                              int32_t count, const int64_t* pad, pad_mode mode, pad_job* job) {
   memset(job->sources, 0, sizeof job->sources);
+  job->runs = NULL;
   for (int d = 0; d < ndim; d++) {
     job->sources[d] = malloc((size_t)(out_shape[d] + 1) * sizeof(int64_t));
     if (!job->sources[d]) return out_of_memory(op);
@@ -515,11 +542,59 @@ static oar_status pad_tables(const char* op, int ndim, const int64_t* in_shape, 
     int64_t before = k < count / 2 ? pad[2 * k] : 0;
     for (int64_t i = 0; i < out_shape[d]; i++) job->sources[d][i] = pad_source(i, in_shape[d], before, mode);
   }
+  int64_t width = out_shape[ndim - 1];
+  const int64_t* last = job->sources[ndim - 1];
+  job->runs = malloc((size_t)(width + 1) * sizeof(pad_run));
+  if (!job->runs) return out_of_memory(op);
+  job->run_count = 0;
+  for (int64_t j = 0; j < width; j++) {
+    pad_run* previous = job->run_count ? &job->runs[job->run_count - 1] : NULL;
+    bool extends = previous && ((previous->source < 0 && last[j] < 0) ||
+                                (previous->source >= 0 && last[j] == previous->source + previous->length));
+    if (extends) previous->length++;
+    else job->runs[job->run_count++] = (pad_run){j, last[j] < 0 ? -1 : last[j], 1};
+  }
   return OAR_SUCCESS;
 }
 
 static void free_tables(pad_job* job) {
   for (int d = 0; d < REFCPU_MAX_DIMS; d++) free(job->sources[d]);
+  free(job->runs);
+}
+
+/* pad_backward over blocks of rows that share the leading unpadded dims: each block sums into
+   its own part of the accumulator, so blocks run concurrently. */
+static void pad_backward_blocks(void* opaque, int64_t begin, int64_t end, int chunk) {
+  (void)chunk;
+  const pad_job* job = opaque;
+  const tensor_view *grad = job->out, *x = job->x;
+  int nd = grad->ndim;
+  int64_t compact[REFCPU_MAX_DIMS];
+  compact[nd - 1] = 1;
+  for (int d = nd - 2; d >= 0; d--) compact[d] = compact[d + 1] * x->shape[d + 1];
+  int64_t step = grad->strides[nd - 1];
+  for (int64_t row = begin * job->rows_per_block; row < end * job->rows_per_block; row++) {
+    int64_t src_offset, grad_offset;
+    if (!pad_row_source(job, row, compact, &src_offset, &grad_offset)) continue;
+    for (int64_t r = 0; r < job->run_count; r++) {
+      const pad_run* run = &job->runs[r];
+      if (run->source < 0) continue;
+      const char* g = grad->data + (grad_offset + run->out_begin * step) * grad->elem_size;
+      if (job->accumulator_f32) {
+        float* a = job->accumulator_f32 + src_offset + run->source;
+        for (int64_t k = 0; k < run->length; k++) a[k] += ((const float*)g)[k * step];
+        continue;
+      }
+      double* a = job->accumulator + src_offset + run->source;
+      if (grad->dtype == DTYPE_F32) {
+        for (int64_t k = 0; k < run->length; k++) a[k] += ((const float*)g)[k * step];
+      } else if (grad->dtype == DTYPE_F64) {
+        for (int64_t k = 0; k < run->length; k++) a[k] += ((const double*)g)[k * step];
+      } else {
+        for (int64_t k = 0; k < run->length; k++) a[k] += load_as_double(grad->dtype, g + k * step * grad->elem_size);
+      }
+    }
+  }
 }
 
 oar_status refcpu_check_pad(kernel_command* cmd) {
@@ -587,31 +662,27 @@ oar_status refcpu_run_pad_backward(const kernel_command* cmd) {
     return OAR_SUCCESS;
   }
   pad_job job = {.x = out, .out = grad};
-  job.accumulator = calloc((size_t)numel, sizeof(double));
-  oar_status status = job.accumulator ? pad_tables("pad_backward", nd, shape, grad->shape, count, pad, mode, &job)
+  bool in_place = is_compact(out) && (out->dtype == DTYPE_F32 || out->dtype == DTYPE_F64);
+  if (in_place) memset(out->data, 0, (size_t)numel * (size_t)out->elem_size);
+  if (in_place && out->dtype == DTYPE_F32) job.accumulator_f32 = (float*)out->data;
+  else if (in_place) job.accumulator = (double*)out->data;
+  else job.accumulator = calloc((size_t)numel, sizeof(double));
+  oar_status status = job.accumulator || job.accumulator_f32 ? pad_tables("pad_backward", nd, shape, grad->shape, count, pad, mode, &job)
                                       : out_of_memory("pad_backward");
-  if (status == OAR_SUCCESS) {
-    /* serial: reflect and replicate send several grad elements to one x element */
-    for (int64_t linear = 0; linear < grad_numel; linear++) {
-      int64_t rest = linear, target = 0, grad_offset = 0, step = 1;
-      bool filled = false;
-      for (int d = nd - 1; d >= 0; d--) {
-        int64_t i = rest % grad->shape[d];
-        rest /= grad->shape[d];
-        int64_t s = job.sources[d][i];
-        if (s < 0) filled = true;
-        else target += s * step;
-        step *= shape[d];
-        grad_offset += i * grad->strides[d];
-      }
-      if (!filled) job.accumulator[target] += load_as_double(grad->dtype, grad->data + grad_offset * grad->elem_size);
-    }
+  if (status == OAR_SUCCESS && grad_numel > 0) {
+    int leading = nd - count / 2; /* dims pad leaves alone: their rows never meet */
+    int64_t blocks = shape_numel(leading < nd - 1 ? leading : nd - 1, grad->shape);
+    int64_t rows = grad_numel / grad->shape[nd - 1];
+    job.rows_per_block = rows / blocks;
+    nn_parallel_for(blocks, nn_chunk_count(blocks, (double)(grad_numel / blocks)), pad_backward_blocks, &job);
+  }
+  if (status == OAR_SUCCESS && !in_place) {
     for (int64_t linear = 0; linear < numel; linear++) {
       int64_t offset = nn_offset_of(linear, nd, out->shape, out->strides);
       store_from_double(out->dtype, out->data + offset * out->elem_size, job.accumulator[linear]);
     }
   }
   free_tables(&job);
-  free(job.accumulator);
+  if (!in_place) free(job.accumulator);
   return status;
 }
