@@ -320,6 +320,88 @@ def quant_case(size: str, inputs: Inputs) -> Case:
                 lambda: F.linear(tx, weight))
 
 
+def channel_norm_case(name: str, size: str, inputs: Inputs) -> Case:
+    """batch_norm (training statistics) and group_norm (8 groups) on the pooling shapes, against torch's
+    native kernels (the backward ones given torch's own saved statistics)."""
+    shape = POOL[size]
+    n, c = shape[0], shape[1]
+    hw = shape[2] * shape[3]
+    x, tx = inputs.normal(*shape)
+    w, tw = inputs.normal(c)
+    b, tb = inputs.normal(c)
+    g, tg = inputs.normal(*shape)
+    mean, var = np.mean(tx.numpy(), axis=(0, 2, 3)), np.var(tx.numpy(), axis=(0, 2, 3))
+    stats, _ = inputs.pair(np.stack([mean, var]).astype(np.float32))
+    tmean, tvar = torch.from_numpy(mean.astype(np.float32)), torch.from_numpy(var.astype(np.float32))
+    label = f"{shape}"
+    if name == "batch_norm_stats":
+        return Case(label, lambda: oar.ops.batch_norm_stats(x),
+                    lambda: torch.stack(torch.var_mean(tx, dim=[0, 2, 3], unbiased=False)[::-1]))
+    if name == "batch_norm":
+        return Case(label, lambda: oar.ops.batch_norm(x, stats, w, b),
+                    lambda: F.batch_norm(tx, tmean, tvar, tw, tb, False))
+    if name == "batch_norm_backward":
+        _, save_mean, save_invstd = torch.ops.aten.native_batch_norm(tx, tw, tb, None, None, True, 0.1, 1e-5)[:3]
+        return Case(label + " training", lambda: oar.ops.batch_norm_backward(g, x, stats, w, training=True),
+                    lambda: torch.ops.aten.native_batch_norm_backward(tg, tx, tw, None, None, save_mean, save_invstd,
+                                                                      True, 1e-5, [True, False, False])[0])
+    groups = 8 if c % 8 == 0 else 1
+    label = f"{shape} {groups} groups"
+    if name == "group_norm":
+        return Case(label, lambda: oar.ops.group_norm(x, w, b, num_groups=groups),
+                    lambda: F.group_norm(tx, groups, tw, tb))
+    _, gmean, grstd = torch.ops.aten.native_group_norm(tx, tw, tb, n, c, hw, groups, 1e-5)
+    return Case(label, lambda: oar.ops.group_norm_backward(g, x, w, num_groups=groups),
+                lambda: torch.ops.aten.native_group_norm_backward(tg, tx, gmean, grstd, tw, n, c, hw, groups,
+                                                                  [True, False, False])[0])
+
+
+def resize_case(name: str, size: str, inputs: Inputs) -> Case:
+    """Adaptive pools to 7x7 (4x4 for the small shape), 2x nearest/bilinear upsampling and a reflect
+    pad of 1 on the pooling shapes, forward and backward, against torch's kernels."""
+    shape = POOL[size]
+    x, tx = inputs.normal(*shape)
+    spatial = list(shape[2:])
+    if name.startswith("adaptive"):
+        out = [4, 4] if size == "small" else [7, 7]
+        g, tg = inputs.normal(shape[0], shape[1], *out)
+        label = f"{shape} -> {out}"
+        if name == "adaptive_avg_pool2d":
+            return Case(label, lambda: oar.ops.adaptive_avg_pool2d(x, output_size=out),
+                        lambda: F.adaptive_avg_pool2d(tx, out))
+        if name == "adaptive_max_pool2d":
+            return Case(label, lambda: oar.ops.adaptive_max_pool2d(x, output_size=out),
+                        lambda: F.adaptive_max_pool2d(tx, out))
+        if name == "adaptive_avg_pool2d_backward":
+            return Case(label, lambda: oar.ops.adaptive_avg_pool2d_backward(g, input_shape=list(shape)),
+                        lambda: torch.ops.aten._adaptive_avg_pool2d_backward(tg, tx))
+        indices = F.adaptive_max_pool2d(tx, out, return_indices=True)[1]
+        return Case(label, lambda: oar.ops.adaptive_max_pool2d_backward(g, x),
+                    lambda: torch.ops.aten.adaptive_max_pool2d_backward(tg, tx, indices))
+    if name.startswith("upsample"):
+        out = [2 * spatial[0], 2 * spatial[1]]
+        g, tg = inputs.normal(shape[0], shape[1], *out)
+        label = f"{shape} x2"
+        if name == "upsample_nearest2d":
+            return Case(label, lambda: oar.ops.upsample_nearest2d(x, output_size=out, scales=[2.0, 2.0]),
+                        lambda: F.interpolate(tx, scale_factor=2))
+        if name == "upsample_bilinear2d":
+            return Case(label, lambda: oar.ops.upsample_bilinear2d(x, output_size=out, scales=[2.0, 2.0]),
+                        lambda: F.interpolate(tx, scale_factor=2, mode="bilinear"))
+        if name == "upsample_nearest2d_backward":
+            return Case(label, lambda: oar.ops.upsample_nearest2d_backward(g, input_shape=list(shape), scales=[2.0, 2.0]),
+                        lambda: torch.ops.aten.upsample_nearest2d_backward(tg, out, list(shape), 2.0, 2.0))
+        return Case(label, lambda: oar.ops.upsample_bilinear2d_backward(g, input_shape=list(shape), scales=[2.0, 2.0]),
+                    lambda: torch.ops.aten.upsample_bilinear2d_backward(tg, out, list(shape), False, 2.0, 2.0))
+    pads = [1, 1, 1, 1]
+    label = f"{shape} reflect 1"
+    if name == "pad":
+        return Case(label, lambda: oar.ops.pad(x, pad=pads, mode="reflect"), lambda: F.pad(tx, pads, mode="reflect"))
+    g, tg = inputs.normal(shape[0], shape[1], spatial[0] + 2, spatial[1] + 2)
+    return Case(label, lambda: oar.ops.pad_backward(g, input_shape=list(shape), pad=pads, mode="reflect"),
+                lambda: torch.ops.aten.reflection_pad2d_backward(tg, tx, pads))
+
+
 def make_case(op: oar_opset.Op, size: str, inputs: Inputs) -> Case:
     name = op.name
     if op.kind == "creation":
@@ -338,6 +420,10 @@ def make_case(op: oar_opset.Op, size: str, inputs: Inputs) -> Case:
         return misc_case(name, size, inputs)
     if op.kind == "index" or name == "one_hot":
         return index_case(name, size, inputs)
+    if name.startswith(("batch_norm", "group_norm")):
+        return channel_norm_case(name, size, inputs)
+    if name.startswith(("adaptive_", "upsample_")) or name in ("pad", "pad_backward"):
+        return resize_case(name, size, inputs)
     if name.startswith("conv2d"):
         return conv_case(name, size, inputs)
     if "pool2d" in name:

@@ -56,6 +56,23 @@ def _torch_layer_norm_in_ops(x, weight, normalized_ndim, eps):
     return out if weight is None else out * weight
 
 
+def _torch_eval_batch_norm_grad(g, x, stats, weight, eps):
+    """torch's gradient of eval-mode batch_norm with respect to x, g * weight / sqrt(var + eps), with
+    x kept in the graph (0 * x): torch refuses to differentiate by an unused input."""
+    view = [1, -1] + [1] * (x.dim() - 2)
+    scale = torch.rsqrt(stats[1].reshape(view) + eps) * (1.0 if weight is None else weight.reshape(view))
+    return g * scale + 0.0 * x
+
+
+def _torch_group_norm_in_ops(x, weight, num_groups, eps):
+    """group_norm in torch's elementary ops (the mirror differentiates it three times; see above)."""
+    shape = x.shape
+    blocks = x.reshape(shape[0], num_groups, -1)
+    centred = blocks - blocks.mean(-1, keepdim=True)
+    out = (centred * torch.rsqrt((centred * centred).mean(-1, keepdim=True) + eps)).reshape(shape)
+    return out if weight is None else out * weight.reshape([1, -1] + [1] * (len(shape) - 2))
+
+
 def _slice(x, attrs):
     index = [slice(None)] * x.dim()
     index[attrs["dim"]] = slice(attrs.get("start"), attrs.get("stop"), attrs.get("step", 1))
@@ -127,6 +144,35 @@ TORCH = {
     "floor_divide": lambda a, b: torch.div(a, b, rounding_mode="floor"),  # (torch.floor_divide has no derivative)
     "logsumexp": lambda x, dim=(), keepdim=False: torch.logsumexp(x, _dims(dim) or tuple(range(x.dim())), keepdim),
     "cumsum": lambda x, dim: torch.cumsum(x, dim), "cumprod": lambda x, dim: torch.cumprod(x, dim),
+    # ops for real models (B): the cases run batch_norm in eval (stats given); training's higher
+    # orders are checked against torch in test_ops_nn_norm.py
+    "batch_norm": lambda x, stats, w=None, b=None, eps=1e-5, training=False: F.batch_norm(
+        x, stats[0], stats[1], w, b, False, 0.0, eps),
+    "batch_norm_backward": lambda g, x, stats, w=None, eps=1e-5, training=False: _torch_eval_batch_norm_grad(
+        g, x, stats, w, eps),
+    "group_norm": lambda x, w=None, b=None, num_groups=1, eps=1e-5: F.group_norm(x, num_groups, w, b, eps),
+    "group_norm_backward": lambda g, x, w=None, num_groups=1, eps=1e-5: _torch_first_grad(
+        lambda t: _torch_group_norm_in_ops(t, w, num_groups, eps), x, g),
+    "adaptive_avg_pool2d": lambda x, output_size: F.adaptive_avg_pool2d(x, output_size),
+    "adaptive_max_pool2d": lambda x, output_size: F.adaptive_max_pool2d(x, output_size),
+    "adaptive_avg_pool2d_backward": lambda g, input_shape: _torch_first_grad(
+        lambda t: F.adaptive_avg_pool2d(t, g.shape[-2:]), torch.zeros(input_shape, dtype=g.dtype), g),
+    "adaptive_max_pool2d_backward": lambda g, x: _torch_first_grad(
+        lambda t: F.adaptive_max_pool2d(t, g.shape[-2:]), x, g),
+    "upsample_nearest2d": lambda x, output_size, scales=(): torch.ops.aten.upsample_nearest2d(
+        x, output_size, *(scales or (None, None))),
+    "upsample_nearest2d_backward": lambda g, input_shape, scales=(): _torch_first_grad(
+        lambda t: torch.ops.aten.upsample_nearest2d(t, list(g.shape[-2:]), *(scales or (None, None))),
+        torch.zeros(input_shape, dtype=g.dtype), g),
+    "upsample_bilinear2d": lambda x, output_size, align_corners=False, scales=(): torch.ops.aten.upsample_bilinear2d(
+        x, output_size, align_corners, *(scales or (None, None))),
+    "upsample_bilinear2d_backward": lambda g, input_shape, align_corners=False, scales=(): _torch_first_grad(
+        lambda t: torch.ops.aten.upsample_bilinear2d(t, list(g.shape[-2:]), align_corners, *(scales or (None, None))),
+        torch.zeros(input_shape, dtype=g.dtype), g),
+    "pad": lambda x, pad, mode="constant", value=0.0: F.pad(x, pad, mode=mode, **(
+        {"value": value} if mode == "constant" else {})),
+    "pad_backward": lambda g, input_shape, pad, mode="constant": _torch_first_grad(
+        lambda t: F.pad(t, pad, mode=mode), torch.zeros(input_shape, dtype=g.dtype), g),
 }
 # dropout: its random mask is oar's own; floor_divide: piecewise constant, its gradient is a zero
 # tensor outside the graph, so there is nothing to differentiate again (checked below)

@@ -495,6 +495,77 @@ RULES["weight_only_linear"] = {"shapes": _weight_only_linear, "required": {"bits
                                "domain": {"scales": (0.01, 0.1), "zeros": (-2.0, 2.0)}}
 
 
+# ---- ops for real models (B): channel norms, adaptive pooling, resizing, padding ------------------------
+
+_NCHW = {"basic": (2, 6, 5, 7), "empty": (0, 6, 4, 4), "strided": (2, 6, 5, 7), "large": (8, 30, 40, 40),
+         "grad": (2, 6, 3, 4)}
+
+
+def _channel_op(layout: str) -> Callable:
+    """layout: x (the [N, C, H, W] input or its grad), s (stats [2, C]), c (a [C] input)."""
+    def shapes(case, attrs):
+        x = _NCHW.get(case)
+        if x is None:
+            return None
+        return [x if role == "x" else ((2, x[1]) if role == "s" else (x[1],)) for role in layout], {}
+    return shapes
+
+
+def _resize(role: str) -> Callable:
+    """role: forward ([x]), backward ([grad], input_shape attr) or backward_x ([grad, x])."""
+    def shapes(case, attrs):
+        x = _NCHW.get(case)
+        if x is None:
+            return None
+        size = tuple(attrs.get("output_size") or ((13, 17) if case == "large" else (3, 4)))
+        grad = x[:2] + size
+        if role == "forward":
+            return [x], {}
+        if role == "backward_x":
+            return [grad, x], {}
+        return [grad], {"input_shape": list(x)}
+    return shapes
+
+
+def _pad_shapes(backward: bool) -> Callable:
+    def shapes(case, attrs):
+        x = _NCHW.get(case)
+        if x is None:
+            return None
+        pads = attrs.get("pad", [1, 2, 2, 1])
+        padded = list(x)
+        for k in range(len(pads) // 2):
+            padded[len(x) - 1 - k] += pads[2 * k] + pads[2 * k + 1]
+        return ([tuple(padded)], {"input_shape": list(x)}) if backward else ([x], {})
+    return shapes
+
+
+RULES.update({
+    "batch_norm_stats": {"shapes": _channel_op("x")},  # empty: NaN statistics, as torch
+    "batch_norm": {"shapes": _channel_op("xscc"), "domain": {"stats": (0.5, 1.5)}, "alternatives": {"eps": 0.1}},
+    "batch_norm_backward": {"shapes": _channel_op("xxsc"), "domain": {"stats": (0.5, 1.5)},
+                            "alternatives": {"eps": 0.1}},
+    "group_norm": {"shapes": _channel_op("xcc"), "required": {"num_groups": 3}, "alternatives": {"eps": 0.1}},
+    "group_norm_backward": {"shapes": _channel_op("xxc"), "required": {"num_groups": 3},
+                            "alternatives": {"eps": 0.1}},
+    "adaptive_avg_pool2d": {"shapes": _resize("forward"), "required": {"output_size": [3, 4]}},
+    "adaptive_max_pool2d": {"shapes": _resize("forward"), "required": {"output_size": [3, 4]},
+                            "grad_values": "distinct"},
+    "adaptive_avg_pool2d_backward": {"shapes": _resize("backward")},
+    "adaptive_max_pool2d_backward": {"shapes": _resize("backward_x")},
+    **{name: {"shapes": _resize("forward"), "required": {"output_size": [9, 13]},
+              "alternatives": {"scales": [[1.9, 1.7]]}}
+       for name in ("upsample_nearest2d", "upsample_bilinear2d")},
+    **{name: {"shapes": lambda case, attrs: _resize("backward")(case, {"output_size": [9, 13]}),
+              "alternatives": {"scales": [[1.9, 1.7]]}}
+       for name in ("upsample_nearest2d_backward", "upsample_bilinear2d_backward")},
+    "pad": {"shapes": _pad_shapes(False), "required": {"pad": [1, 2, 2, 1]},
+            "alternatives": {"mode": ["reflect", "replicate"], "value": 0.5}},
+    "pad_backward": {"shapes": _pad_shapes(True), "required": {"pad": [1, 2, 2, 1]},
+                     "alternatives": {"mode": ["reflect", "replicate"]}},
+})
+
+
 # ---- building a case ----------------------------------------------------------------------------------
 
 def _case_setup(op: str, spec: Op, dtype: str, name: str) -> tuple[str, dict, int]:

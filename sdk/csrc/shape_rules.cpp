@@ -378,6 +378,171 @@ Dims triangle_rule(const RuleArgs& args) {
   return x.shape;
 }
 
+// ---- ops for real models (B): channel norms, adaptive pooling, resizing, padding -------------------------
+
+// x [N, C, ...] and the [C] inputs from position first_channel_input on (mean, var, weight, bias).
+void need_channel_inputs(const RuleArgs& args, size_t x_index, size_t first_channel_input) {
+  const std::string& op = args.op.name;
+  const TensorImpl& x = args.input(x_index);
+  if (x.ndim() < 2) shape_error(op + ": x must be [N, C, ...], got shape " + shape_text(x.shape));
+  for (size_t j = first_channel_input; j < args.num_inputs; ++j) {
+    if (args.input(j).shape != Dims{x.shape[1]}) {
+      shape_error(op + ": input '" + args.op.inputs[j].name + "' must have shape (" + std::to_string(x.shape[1]) +
+                  ",) (x's channels), got " + shape_text(args.input(j).shape));
+    }
+  }
+  if (x_index && args.input(0).shape != x.shape) {
+    shape_error(op + ": grad has shape " + shape_text(args.input(0).shape) + ", x has " + shape_text(x.shape));
+  }
+}
+
+Dims batch_norm_stats_rule(const RuleArgs& args) {
+  need_channel_inputs(args, 0, 1);
+  return Dims{2, args.input(0).shape[1]};
+}
+
+// batch_norm(x, stats, weight?, bias?) and batch_norm_backward(grad, x, stats, weight?): stats [2, C].
+Dims batch_norm_rule(const RuleArgs& args) {
+  size_t x_index = args.op.inputs[0].name == "grad" ? 1 : 0;
+  need_channel_inputs(args, x_index, x_index + 2);
+  const TensorImpl& x = args.input(x_index);
+  if (args.input(x_index + 1).shape != Dims{2, x.shape[1]}) {
+    shape_error(args.op.name + ": input 'stats' must have shape (2, " + std::to_string(x.shape[1]) +
+                ") ([mean; var] per channel of x " + shape_text(x.shape) + "), got " +
+                shape_text(args.input(x_index + 1).shape));
+  }
+  return x.shape;
+}
+
+Dims group_norm_rule(const RuleArgs& args) {
+  size_t x_index = args.op.inputs[0].name == "grad" ? 1 : 0;
+  need_channel_inputs(args, x_index, x_index + 1);
+  const TensorImpl& x = args.input(x_index);
+  int64_t groups = args.int_attr("num_groups");
+  if (groups <= 0 || x.shape[1] % groups) {
+    shape_error(args.op.name + ": num_groups=" + std::to_string(groups) + " must be positive and divide the " +
+                std::to_string(x.shape[1]) + " channels of x " + shape_text(x.shape));
+  }
+  return x.shape;
+}
+
+// [out_h, out_w], both positive.
+WindowPair output_size_attr(const std::string& op, const std::vector<int64_t>& size) {
+  if (size.size() != 2 || size[0] <= 0 || size[1] <= 0) {
+    shape_error(op + ": attr 'output_size' must be 2 positive sizes, got " + ints_text(size));
+  }
+  return WindowPair{size[0], size[1]};
+}
+
+// x [N, C, H, W] (or [C, H, W] where allow_3d) with H, W > 0: x's shape with H, W replaced by output_size.
+Dims resized_shape(const std::string& op, const Dims& x, const std::vector<int64_t>& output_size, bool allow_3d) {
+  if (x.size() != 4 && !(allow_3d && x.size() == 3)) {
+    shape_error(op + ": x must be " + (allow_3d ? "[N, C, H, W] or [C, H, W]" : "[N, C, H, W]") + ", got shape " +
+                shape_text(x));
+  }
+  WindowPair size = output_size_attr(op, output_size);
+  size_t n = x.size();
+  if (x[n - 2] <= 0 || x[n - 1] <= 0) {
+    shape_error(op + ": x's spatial dims must be non-empty, got shape " + shape_text(x));
+  }
+  Dims out = x;
+  out[n - 2] = size.h;
+  out[n - 1] = size.w;
+  return out;
+}
+
+void need_scales(const std::string& op, const std::vector<double>& scales) {
+  if (!scales.empty() && (scales.size() != 2 || !(scales[0] > 0) || !(scales[1] > 0))) {
+    shape_error(op + ": attr 'scales' must be empty or 2 positive factors");
+  }
+}
+
+Dims adaptive_pool_rule(const RuleArgs& args) {
+  return resized_shape(args.op.name, args.input(0).shape, args.ints_attr("output_size"), true);
+}
+
+// The gradient of a resize: grad must be input_shape resized to grad's own last two dims.
+Dims resize_backward_rule(const RuleArgs& args) {
+  const std::string& op = args.op.name;
+  const std::vector<int64_t>& input_shape = args.ints_attr("input_shape");
+  bool adaptive = op.rfind("adaptive", 0) == 0;
+  const TensorImpl& grad = args.input(0);
+  Dims x(input_shape.data(), input_shape.size());
+  if (grad.ndim() < 2) shape_error(op + ": grad must be [N, C, h, w], got shape " + shape_text(grad.shape));
+  std::vector<int64_t> size{grad.shape[grad.ndim() - 2], grad.shape[grad.ndim() - 1]};
+  if (resized_shape(op, x, size, adaptive) != grad.shape) {
+    shape_error(op + ": grad " + shape_text(grad.shape) + " does not match input_shape " + ints_text(input_shape));
+  }
+  if (args.op.attr_position("scales") >= 0) need_scales(op, args.attr("scales").floats);
+  return x;
+}
+
+Dims adaptive_max_backward_rule(const RuleArgs& args) {
+  const std::string& op = args.op.name;
+  const TensorImpl& grad = args.input(0);
+  const TensorImpl& x = args.input(1);
+  if (grad.ndim() != x.ndim() || grad.ndim() < 3) {
+    shape_error(op + ": grad " + shape_text(grad.shape) + " does not match x " + shape_text(x.shape));
+  }
+  std::vector<int64_t> size{grad.shape[grad.ndim() - 2], grad.shape[grad.ndim() - 1]};
+  if (resized_shape(op, x.shape, size, true) != grad.shape) {
+    shape_error(op + ": grad " + shape_text(grad.shape) + " does not match x " + shape_text(x.shape));
+  }
+  return x.shape;
+}
+
+Dims upsample_rule(const RuleArgs& args) {
+  need_scales(args.op.name, args.attr("scales").floats);
+  return resized_shape(args.op.name, args.input(0).shape, args.ints_attr("output_size"), false);
+}
+
+// torch's F.pad: (before, after) pairs from the last dim backwards.
+Dims padded_shape(const std::string& op, const Dims& x, const std::vector<int64_t>& pad, const std::string& mode) {
+  if (pad.size() % 2 || pad.size() / 2 > x.size()) {
+    shape_error(op + ": attr 'pad' " + ints_text(pad) + " must hold (before, after) pairs for at most " +
+                std::to_string(x.size()) + " dims");
+  }
+  if (mode != "constant" && mode != "reflect" && mode != "replicate") {
+    shape_error(op + ": mode is 'constant', 'reflect' or 'replicate', not '" + mode + "'");
+  }
+  Dims out = x;
+  for (size_t k = 0; k < pad.size() / 2; ++k) {
+    size_t d = x.size() - 1 - k;
+    int64_t before = pad[2 * k], after = pad[2 * k + 1], n = x[d];
+    if (mode != "constant" && (before < 0 || after < 0)) {
+      shape_error(op + ": " + mode + " padding " + ints_text(pad) + " must not be negative");
+    }
+    if (mode == "reflect" && (before >= n || after >= n)) {
+      shape_error(op + ": reflect padding (" + std::to_string(before) + ", " + std::to_string(after) +
+                  ") must be less than dim " + std::to_string(d) + "'s size " + std::to_string(n));
+    }
+    if (mode == "replicate" && n == 0 && (before || after)) {
+      shape_error(op + ": replicate padding needs a non-empty dim " + std::to_string(d));
+    }
+    out[d] = n + before + after;
+    if (out[d] < 0) {
+      shape_error(op + ": padding " + ints_text(pad) + " leaves dim " + std::to_string(d) + " of x " + shape_text(x) +
+                  " with a negative size");
+    }
+  }
+  return out;
+}
+
+Dims pad_rule(const RuleArgs& args) {
+  return padded_shape("pad", args.input(0).shape, args.ints_attr("pad"), args.attr("mode").s);
+}
+
+Dims pad_backward_rule(const RuleArgs& args) {
+  const std::vector<int64_t>& input_shape = args.ints_attr("input_shape");
+  Dims x(input_shape.data(), input_shape.size());
+  Dims expected = padded_shape("pad_backward", x, args.ints_attr("pad"), args.attr("mode").s);
+  if (args.input(0).shape != expected) {
+    shape_error("pad_backward: grad has shape " + shape_text(args.input(0).shape) + ", pad gives " +
+                shape_text(expected) + " for input_shape " + ints_text(input_shape));
+  }
+  return x;
+}
+
 const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
     {"conv2d", conv2d_rule},
     {"conv2d_backward_input", conv2d_backward_input_rule},
@@ -402,6 +567,21 @@ const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
     {"one_hot", one_hot_rule},
     {"tril", triangle_rule},
     {"triu", triangle_rule},
+    {"batch_norm_stats", batch_norm_stats_rule},
+    {"batch_norm", batch_norm_rule},
+    {"batch_norm_backward", batch_norm_rule},
+    {"group_norm", group_norm_rule},
+    {"group_norm_backward", group_norm_rule},
+    {"adaptive_avg_pool2d", adaptive_pool_rule},
+    {"adaptive_max_pool2d", adaptive_pool_rule},
+    {"adaptive_avg_pool2d_backward", resize_backward_rule},
+    {"adaptive_max_pool2d_backward", adaptive_max_backward_rule},
+    {"upsample_nearest2d", upsample_rule},
+    {"upsample_bilinear2d", upsample_rule},
+    {"upsample_nearest2d_backward", resize_backward_rule},
+    {"upsample_bilinear2d_backward", resize_backward_rule},
+    {"pad", pad_rule},
+    {"pad_backward", pad_backward_rule},
 };
 
 }  // namespace

@@ -996,3 +996,239 @@ def argsort(x, dim=-1, descending=False):
         rank = np.where(nan, rank.max(initial=0) + 1, rank.reshape(-1))
         out[k] = np.argsort(-rank if descending else rank, kind="stable")
     return np.moveaxis(out.reshape(moved.shape), -1, axis)
+
+
+# ---- ops for real models (B): channel norms, adaptive pooling, resizing, padding -----------------------
+
+def _channel_axes(x):
+    return (0,) + tuple(range(2, x.ndim))
+
+
+def _channel(v, ndim):
+    return np.asarray(v, dtype=np.float64).reshape((1, -1) + (1,) * (ndim - 2))
+
+
+@_export
+def batch_norm_stats(x):
+    x64 = x.astype(np.float64)
+    axes = _channel_axes(x)
+    return np.stack([np.mean(x64, axis=axes), np.var(x64, axis=axes)]) if x.size else \
+        np.full((2, x.shape[1]), np.nan)
+
+
+@_export
+def batch_norm(x, stats, weight=None, bias=None, eps=1e-5, training=False):
+    mean, var = stats
+    out = (x.astype(np.float64) - _channel(mean, x.ndim)) / np.sqrt(_channel(var, x.ndim) + eps)
+    if weight is not None:
+        out = out * _channel(weight, x.ndim)
+    if bias is not None:
+        out = out + _channel(bias, x.ndim)
+    return out
+
+
+@_export
+def batch_norm_backward(grad, x, stats, weight=None, eps=1e-5, training=False):
+    mean, var = stats
+    rstd = 1.0 / np.sqrt(_channel(var, x.ndim) + eps)
+    g = grad.astype(np.float64) * (_channel(weight, x.ndim) if weight is not None else 1.0)
+    if not training:
+        return g * rstd
+    axes = _channel_axes(x)
+    xhat = (x.astype(np.float64) - _channel(mean, x.ndim)) * rstd
+    return rstd * (g - np.mean(g, axis=axes, keepdims=True) - xhat * np.mean(g * xhat, axis=axes, keepdims=True))
+
+
+def _grouped(x, num_groups):
+    per_group = x.shape[1] // num_groups * _numel(x.shape[2:])
+    return x.astype(np.float64).reshape(x.shape[0], num_groups, per_group)
+
+
+@_export
+def group_norm(x, weight=None, bias=None, num_groups=1, eps=1e-5):
+    grouped = _grouped(x, num_groups)
+    mu = np.mean(grouped, axis=-1, keepdims=True)
+    out = ((grouped - mu) / np.sqrt(np.var(grouped, axis=-1, keepdims=True) + eps)).reshape(x.shape)
+    if weight is not None:
+        out = out * _channel(weight, x.ndim)
+    if bias is not None:
+        out = out + _channel(bias, x.ndim)
+    return out
+
+
+@_export
+def group_norm_backward(grad, x, weight=None, num_groups=1, eps=1e-5):
+    grouped = _grouped(x, num_groups)
+    mu = np.mean(grouped, axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(np.var(grouped, axis=-1, keepdims=True) + eps)
+    xhat = (grouped - mu) * rstd
+    g = grad.astype(np.float64) * (_channel(weight, x.ndim) if weight is not None else 1.0)
+    g = g.reshape(grouped.shape)
+    dx = rstd * (g - np.mean(g, axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    return dx.reshape(x.shape)
+
+
+def _adaptive_windows(size, out):
+    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
+def _adaptive(x, output_size, reduce):
+    oh, ow = output_size
+    h, w = x.shape[-2:]
+    out = np.empty(x.shape[:-2] + (oh, ow), dtype=np.float64)
+    for i, (top, bottom) in enumerate(_adaptive_windows(h, oh)):
+        for j, (left, right) in enumerate(_adaptive_windows(w, ow)):
+            out[..., i, j] = reduce(x[..., top:bottom, left:right].astype(np.float64))
+    return out
+
+
+@_export
+def adaptive_avg_pool2d(x, output_size):
+    return _adaptive(x, output_size, lambda window: np.mean(window, axis=(-2, -1)))
+
+
+@_export
+def adaptive_max_pool2d(x, output_size):
+    return _adaptive(x, output_size, lambda window: np.max(window, axis=(-2, -1)))
+
+
+@_export
+def adaptive_avg_pool2d_backward(grad, input_shape):
+    oh, ow = grad.shape[-2:]
+    h, w = input_shape[-2:]
+    out = np.zeros(tuple(input_shape), dtype=np.float64)
+    for i, (top, bottom) in enumerate(_adaptive_windows(h, oh)):
+        for j, (left, right) in enumerate(_adaptive_windows(w, ow)):
+            share = grad[..., i, j].astype(np.float64) / ((bottom - top) * (right - left))
+            out[..., top:bottom, left:right] += share[..., None, None]
+    return out
+
+
+@_export
+def adaptive_max_pool2d_backward(grad, x):
+    oh, ow = grad.shape[-2:]
+    h, w = x.shape[-2:]
+    out = np.zeros(x.shape, dtype=np.float64)
+    lead = x.shape[:-2]
+    for i, (top, bottom) in enumerate(_adaptive_windows(h, oh)):
+        for j, (left, right) in enumerate(_adaptive_windows(w, ow)):
+            window = x[..., top:bottom, left:right].astype(np.float64).reshape(lead + ((bottom - top) * (right - left),))
+            # the first maximum (NaN counts as the maximum, like argmax)
+            first = np.argmax(np.where(np.isnan(window), np.inf, window), axis=-1)
+            rows, cols = top + first // (right - left), left + first % (right - left)
+            index = np.indices(lead)
+            np.add.at(out, tuple(index) + (rows, cols), grad[..., i, j].astype(np.float64))
+    return out
+
+
+def _nearest_source(out_size, in_size, scale):
+    ratio = np.float32(1.0 / scale) if scale is not None else np.float32(in_size) / np.float32(out_size)
+    index = np.floor(np.arange(out_size, dtype=np.float32) * ratio).astype(np.int64)
+    return np.minimum(index, in_size - 1)
+
+
+def _scales(scales):
+    return (scales[0], scales[1]) if len(scales) else (None, None)
+
+
+@_export
+def upsample_nearest2d(x, output_size, scales=()):
+    sh, sw = _scales(scales)
+    rows = _nearest_source(output_size[0], x.shape[-2], sh)
+    cols = _nearest_source(output_size[1], x.shape[-1], sw)
+    return x.astype(np.float64)[..., rows[:, None], cols[None, :]]
+
+
+@_export
+def upsample_nearest2d_backward(grad, input_shape, scales=()):
+    sh, sw = _scales(scales)
+    rows = _nearest_source(grad.shape[-2], input_shape[-2], sh)
+    cols = _nearest_source(grad.shape[-1], input_shape[-1], sw)
+    out = np.zeros(tuple(input_shape), dtype=np.float64)
+    np.add.at(out, (Ellipsis, rows[:, None], cols[None, :]), grad.astype(np.float64))
+    return out
+
+
+def _linear_taps(out_size, in_size, align_corners, scale):
+    """Per output index: the low and high source index and the high one's weight (torch's bilinear)."""
+    dst = np.arange(out_size, dtype=np.float64)
+    if align_corners:
+        src = dst * ((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0)
+    else:
+        ratio = 1.0 / scale if scale is not None else in_size / out_size
+        src = np.maximum((dst + 0.5) * ratio - 0.5, 0.0)
+    low = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
+    high = np.minimum(low + 1, in_size - 1)
+    return low, high, src - low
+
+
+@_export
+def upsample_bilinear2d(x, output_size, align_corners=False, scales=()):
+    sh, sw = _scales(scales)
+    r0, r1, rl = _linear_taps(output_size[0], x.shape[-2], align_corners, sh)
+    c0, c1, cl = _linear_taps(output_size[1], x.shape[-1], align_corners, sw)
+    x64 = x.astype(np.float64)
+    top = x64[..., r0, :] * (1 - rl)[:, None] + x64[..., r1, :] * rl[:, None]
+    return top[..., c0] * (1 - cl) + top[..., c1] * cl
+
+
+@_export
+def upsample_bilinear2d_backward(grad, input_shape, align_corners=False, scales=()):
+    sh, sw = _scales(scales)
+    r0, r1, rl = _linear_taps(grad.shape[-2], input_shape[-2], align_corners, sh)
+    c0, c1, cl = _linear_taps(grad.shape[-1], input_shape[-1], align_corners, sw)
+    g = grad.astype(np.float64)
+    out = np.zeros(tuple(input_shape), dtype=np.float64)
+    for rows, rw in ((r0, 1 - rl), (r1, rl)):
+        for cols, cw in ((c0, 1 - cl), (c1, cl)):
+            np.add.at(out, (Ellipsis, rows[:, None], cols[None, :]), g * (rw[:, None] * cw[None, :]))
+    return out
+
+
+def _pad_sources(n, before, after, mode):
+    """For each output position along one dim: the source position, or -1 for constant fill."""
+    positions = np.arange(-before, n + after)
+    if mode == "reflect":
+        positions = np.abs(positions)
+        return np.where(positions >= n, 2 * (n - 1) - positions, positions)
+    if mode == "replicate":
+        return np.clip(positions, 0, n - 1)
+    return np.where((positions >= 0) & (positions < n), positions, -1)
+
+
+def _pad_index(shape, pad, mode):
+    """Per dim: the source positions (-1: fill) of every output position."""
+    sources = [np.arange(n) for n in shape]
+    for k in range(len(pad) // 2):
+        d = len(shape) - 1 - k
+        sources[d] = _pad_sources(shape[d], pad[2 * k], pad[2 * k + 1], mode)
+    return sources
+
+
+@_export
+def pad(x, pad, mode="constant", value=0.0):
+    sources = _pad_index(x.shape, pad, mode)
+    grids = np.ix_(*sources) if x.ndim else ()
+    if x.ndim == 0:
+        return x.copy()
+    valid = np.ones([len(s) for s in sources], dtype=bool)
+    for d, s in enumerate(sources):
+        valid &= (s >= 0).reshape([-1 if k == d else 1 for k in range(x.ndim)])
+    taken = x[tuple(np.maximum(g, 0) for g in grids)] if x.size else np.zeros(valid.shape, x.dtype)
+    fill = np.array(value).astype(x.dtype) if x.dtype != np.bool_ else np.array(value != 0)
+    return np.where(valid, taken, fill)
+
+
+@_export
+def pad_backward(grad, input_shape, pad, mode="constant"):
+    out = np.zeros(tuple(input_shape), dtype=np.float64)
+    if not len(input_shape):
+        return out + grad
+    sources = _pad_index(tuple(input_shape), pad, mode)
+    grids = np.ix_(*sources)
+    valid = np.ones(grad.shape, dtype=bool)
+    for d, s in enumerate(sources):
+        valid &= (s >= 0).reshape([-1 if k == d else 1 for k in range(len(input_shape))])
+    index = tuple(np.broadcast_to(np.maximum(g, 0), grad.shape)[valid] for g in grids)
+    np.add.at(out, index, grad.astype(np.float64)[valid])
+    return out

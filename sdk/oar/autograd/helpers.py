@@ -235,8 +235,11 @@ def _norm_backward_input_dx(v, grad, x, weight, normalized_ndim, eps, centered):
               - mean(v xhat) (h - mean(h)) - mean(h xhat) (v - mean(v))).
     Built from ops, so it is differentiable again."""
     rank = ndim(x)
-    dims = list(range(rank - int(normalized_ndim), rank))
+    return _norm_dx_over(v, grad, x, weight, list(range(rank - int(normalized_ndim), rank)), eps, centered)
 
+
+def _norm_dx_over(v, grad, x, weight, dims, eps, centered):
+    """_norm_backward_input_dx over the given dims (statistics of x over them)."""
     def mean(t):
         return _op("mean")(t, dim=dims, keepdim=True)
 
@@ -264,6 +267,55 @@ def rms_norm_backward_input_dx(v, grad, x, weight=None, normalized_ndim=1, eps=1
     return _norm_backward_input_dx(v, grad, x, weight, normalized_ndim, eps, centered=False)
 
 
+def _channel_view(t, rank):
+    """A [C] tensor as [1, C, 1, ...] against an [N, C, ...] tensor of rank dims."""
+    return _op("reshape")(t, shape=[1, -1] + [1] * (rank - 2))
+
+
+def batch_norm_backward_dx(v, grad, x, stats, weight=None, eps=1e-5, training=False):
+    """d/dx of sum(v * batch_norm_backward(grad, x, stats, weight)). Eval: zero (the gradient
+    g * weight * rstd does not depend on x). Training (stats = x's batch statistics): the norm
+    gradient's derivative over every dim but 1, with h = grad * weight."""
+    if not training:
+        return zeros_like(x)
+    rank = ndim(x)
+    h = grad if weight is None else grad * _channel_view(weight, rank)
+    return _norm_dx_over(v, h, x, None, [0] + list(range(2, rank)), eps, centered=True)
+
+
+def group_norm_backward_dx(v, grad, x, weight=None, num_groups=1, eps=1e-5):
+    """d/dx of sum(v * group_norm_backward(grad, x, weight)): the norm gradient's derivative over
+    each (sample, group) block, with h = grad * weight."""
+    rank, dims = ndim(x), shape(x)
+    h = grad if weight is None else grad * _channel_view(weight, rank)
+    blocks = [dims[0], int(num_groups), -1]
+    reshape = _op("reshape")
+    dx = _norm_dx_over(reshape(v, shape=blocks), reshape(h, shape=blocks), reshape(x, shape=blocks), None, [2],
+                       eps, centered=True)
+    return reshape(dx, shape=dims)
+
+
+def adaptive_max_pool2d_jvp(v, x, output_size):
+    """The forward derivative of adaptive_max_pool2d at x along v: v at the first maximum of each
+    adaptive window (argmax, then gather), one window at a time; built from ops, so differentiable."""
+    dims = shape(x)
+    lead, (h, w) = dims[:-2], dims[-2:]
+    oh, ow = (int(s) for s in output_size)
+    window, reshape = _op("slice"), _op("reshape")
+    cells = []
+    for i in range(oh):
+        top, bottom = (i * h) // oh, -((-(i + 1) * h) // oh)
+        for j in range(ow):
+            left, right = (j * w) // ow, -((-(j + 1) * w) // ow)
+
+            def cut(t):
+                t = window(window(t, dim=-2, start=top, stop=bottom), dim=-1, start=left, stop=right)
+                return reshape(t, shape=lead + [(bottom - top) * (right - left)])
+            first = _op("argmax")(cut(x), dim=-1, keepdim=True)
+            cells.append(_op("gather")(cut(v), first, dim=-1))
+    return reshape(_op("concat")(cells, dim=-1), shape=lead + [oh, ow])
+
+
 def cross_entropy_row_scale(grad, target, reduction="mean", ignore_index=-100):
     """Each row's factor in cross_entropy_backward, shaped [N, 1]: grad (a scalar, or one per row for
     reduction none), 0 where the target is ignore_index, divided by the count of targets not
@@ -281,4 +333,6 @@ HELPERS = {
     "slice_backward": slice_backward, "zeros_like": zeros_like, "ones_like": ones_like,
     "max_pool2d_jvp": max_pool2d_jvp, "layer_norm_backward_input_dx": layer_norm_backward_input_dx,
     "rms_norm_backward_input_dx": rms_norm_backward_input_dx, "cross_entropy_row_scale": cross_entropy_row_scale,
+    "batch_norm_backward_dx": batch_norm_backward_dx, "group_norm_backward_dx": group_norm_backward_dx,
+    "adaptive_max_pool2d_jvp": adaptive_max_pool2d_jvp,
 }

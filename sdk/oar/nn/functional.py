@@ -302,60 +302,57 @@ def _channel_view(t, ndim: int):
     return oar.reshape(t, shape=[1, -1] + [1] * (ndim - 2))
 
 
+def _stats_of(running_mean, running_var):
+    """The running statistics as batch_norm's stats input [2, C] = [mean; var]."""
+    return oar.concat([oar.reshape(running_mean, shape=[1, -1]), oar.reshape(running_var, shape=[1, -1])], dim=0)
+
+
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training: bool = False,
                momentum: float | None = 0.1, eps: float = 1e-5, num_batches_tracked=None):
     """Normalizes each channel (dim 1) of x [N, C, ...] as torch: batch statistics in training
-    (biased variance), updating running_mean/var in place (unbiased variance, exponential average with
-    ``momentum``, or the cumulative average when momentum is None); the running statistics in eval."""
+    (biased variance, from the batch_norm_stats op), updating running_mean/var in place (unbiased
+    variance, exponential average with ``momentum``, or the cumulative average when momentum is None);
+    the running statistics in eval. One batch_norm op normalizes; its backward op differentiates
+    through the batch statistics."""
     shape = _shape(x)
     if len(shape) < 2:
         raise ValueError(f"batch_norm needs an input [N, C, ...], got shape {shape}")
     if momentum is None and training and running_mean is not None and num_batches_tracked is None:
         raise ValueError("batch_norm: momentum=None (the cumulative average) needs num_batches_tracked")
-    dims = [0] + list(range(2, len(shape)))
-    count = math.prod(shape) // shape[1]
+    if bias is not None and weight is None:
+        weight = oar.ones([shape[1]], dtype=x.dtype, device=x.device)  # bias is the op's 4th input
     if training:
+        count = math.prod(shape) // shape[1]
         if count <= 1:
             raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got shape {shape}")
-        mean = oar.mean(x, dim=dims, keepdim=True)
-        centred = oar.sub(x, mean)
-        var = oar.mean(oar.mul(centred, centred), dim=dims, keepdim=True)
-        if running_mean is not None or running_var is not None:
-            with oar.no_grad():
+        with oar.no_grad():
+            stats = oar.batch_norm_stats(x.detach())
+            if running_mean is not None or running_var is not None:
                 if num_batches_tracked is not None:
                     num_batches_tracked.add_(1)
                 m = (1.0 / float(num_batches_tracked.item()) if momentum is None else float(momentum))
                 if running_mean is not None:
-                    running_mean.mul_(1.0 - m).add_(oar.mul(oar.reshape(mean.detach(), shape=[-1]), m))
+                    running_mean.mul_(1.0 - m).add_(oar.mul(stats[0], m))
                 if running_var is not None:
-                    unbiased = oar.mul(oar.reshape(var.detach(), shape=[-1]), count / (count - 1))
-                    running_var.mul_(1.0 - m).add_(oar.mul(unbiased, m))
-        out = oar.mul(centred, oar.rsqrt(oar.add(var, float(eps))))
+                    running_var.mul_(1.0 - m).add_(oar.mul(stats[1], m * count / (count - 1)))
     else:
         if running_mean is None or running_var is None:
             raise ValueError("batch_norm in eval mode needs running_mean and running_var")
-        inv = oar.rsqrt(oar.add(running_var, float(eps)))
-        out = oar.mul(oar.sub(x, _channel_view(running_mean, len(shape))), _channel_view(inv, len(shape)))
-    if weight is not None:
-        out = oar.mul(out, _channel_view(weight, len(shape)))
-    if bias is not None:
-        out = oar.add(out, _channel_view(bias, len(shape)))
-    return out
+        stats = _stats_of(running_mean, running_var)
+    args = [a for a in (weight, bias) if a is not None]
+    return oar.batch_norm(x, stats, *args, eps=float(eps), training=bool(training))
 
 
 def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
     """Normalizes x [N, C, ...] over each group of C / num_groups channels (and all positions), then
-    the per-channel affine, as torch; layer_norm over the group's elements does the statistics."""
+    the per-channel affine, as torch (the group_norm op)."""
     shape = _shape(x)
-    if len(shape) < 2 or shape[1] % num_groups:
+    if len(shape) < 2 or num_groups <= 0 or shape[1] % num_groups:
         raise ValueError(f"group_norm: {num_groups} groups do not divide the channels of shape {shape}")
-    grouped = oar.reshape(x, shape=[shape[0], num_groups, -1])
-    out = oar.reshape(oar.layer_norm(grouped, normalized_ndim=1, eps=float(eps)), shape=shape)
-    if weight is not None:
-        out = oar.mul(out, _channel_view(weight, len(shape)))
-    if bias is not None:
-        out = oar.add(out, _channel_view(bias, len(shape)))
-    return out
+    if bias is not None and weight is None:
+        weight = oar.ones([shape[1]], dtype=x.dtype, device=x.device)
+    args = [a for a in (weight, bias) if a is not None]
+    return oar.group_norm(x, *args, num_groups=int(num_groups), eps=float(eps))
 
 
 def instance_norm(x, weight=None, bias=None, eps: float = 1e-5):
@@ -364,32 +361,6 @@ def instance_norm(x, weight=None, bias=None, eps: float = 1e-5):
 
 
 # ---- pooling and resizing --------------------------------------------------------------------------
-
-def _adaptive_bounds(size: int, out: int) -> list[tuple[int, int]]:
-    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
-
-
-def _adaptive_pool2d(x, output_size, reduce, pool):
-    shape = _shape(x)
-    if len(shape) not in (3, 4):
-        raise ValueError(f"adaptive pooling needs [N, C, H, W] or [C, H, W], got shape {shape}")
-    if len(shape) == 3:
-        return oar.reshape(_adaptive_pool2d(oar.reshape(x, shape=[1] + shape), output_size, reduce, pool),
-                           shape=shape[:1] + _pair_none(output_size, shape[1:]))
-    h, w = shape[2], shape[3]
-    oh, ow = _pair_none(output_size, [h, w])
-    if oh == 1 and ow == 1:
-        return reduce(x, dim=[2, 3], keepdim=True)
-    if h % oh == 0 and w % ow == 0:
-        return pool(x, kernel_size=[h // oh, w // ow], stride=[h // oh, w // ow])
-    rows = []
-    for top, bottom in _adaptive_bounds(h, oh):
-        band = oar.slice(x, dim=2, start=top, stop=bottom)
-        cells = [reduce(oar.slice(band, dim=3, start=left, stop=right), dim=[2, 3], keepdim=True)
-                 for left, right in _adaptive_bounds(w, ow)]
-        rows.append(oar.concat(cells, dim=3))
-    return oar.concat(rows, dim=2)
-
 
 def _pair_none(size, default) -> list[int]:
     """An adaptive output size: an int, or a pair whose None entries keep the input's size."""
@@ -403,35 +374,12 @@ def _pair_none(size, default) -> list[int]:
 
 def adaptive_avg_pool2d(x, output_size):
     """Mean over torch's adaptive windows: cell i spans [floor(i*H/oh), ceil((i+1)*H/oh))."""
-    return _adaptive_pool2d(x, output_size, oar.mean, oar.avg_pool2d)
+    return oar.adaptive_avg_pool2d(x, output_size=_pair_none(output_size, _shape(x)[-2:]))
 
 
 def adaptive_max_pool2d(x, output_size):
     """Max over torch's adaptive windows (indices are not returned)."""
-    return _adaptive_pool2d(x, output_size, oar.max, oar.max_pool2d)
-
-
-def _interp_source(out_size: int, in_size: int, scale, align_corners: bool, nearest: bool) -> np.ndarray:
-    dst = np.arange(out_size, dtype=np.float64)
-    if nearest:
-        ratio = (1.0 / scale) if scale is not None else in_size / out_size
-        return np.minimum(np.floor(dst * ratio).astype(np.int64), in_size - 1)
-    if align_corners:
-        return dst * ((in_size - 1) / (out_size - 1) if out_size > 1 else 0.0)
-    ratio = (1.0 / scale) if scale is not None else in_size / out_size
-    return np.maximum((dst + 0.5) * ratio - 0.5, 0.0)
-
-
-def _lerp_dim(x, dim: int, src: np.ndarray, in_size: int):
-    low = np.floor(src).astype(np.int64)
-    high = np.minimum(low + 1, in_size - 1)
-    frac = (src - low).astype(_numpy_dtype(x))
-    shape = [1] * len(_shape(x))
-    shape[dim] = len(src)
-    a = oar.index_select(x, oar.tensor(low, device=x.device), dim=dim)
-    b = oar.index_select(x, oar.tensor(high, device=x.device), dim=dim)
-    weight = oar.tensor(frac.reshape(shape), device=x.device)
-    return oar.add(a, oar.mul(oar.sub(b, a), weight))
+    return oar.adaptive_max_pool2d(x, output_size=_pair_none(output_size, _shape(x)[-2:]))
 
 
 def _numpy_dtype(t):
@@ -439,9 +387,9 @@ def _numpy_dtype(t):
 
 
 def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None):
-    """Resizes the spatial dims of x [N, C, H, W] (or [N, C, L] for nearest) as torch: ``nearest``
-    takes source index floor(dst * in / out); ``bilinear`` interpolates between the two nearest
-    source rows and columns, with align_corners as torch."""
+    """Resizes the spatial dims of x [N, C, H, W] (or [N, C, L] for nearest) as torch, through the
+    upsample_nearest2d / upsample_bilinear2d ops (source indices as torch computes them, from
+    scale_factor when given)."""
     shape = _shape(x)
     spatial = shape[2:]
     if mode not in ("nearest", "bilinear"):
@@ -450,67 +398,39 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
         raise ValueError(f"interpolate: bilinear needs an input [N, C, H, W], got shape {shape}")
     if mode == "nearest" and align_corners is not None:
         raise ValueError("interpolate: align_corners only applies to bilinear (as torch)")
-    if not spatial:
-        raise ValueError(f"interpolate needs an input [N, C, ...spatial], got shape {shape}")
+    if len(spatial) not in (1, 2):
+        raise ValueError(f"interpolate needs an input [N, C, L] or [N, C, H, W], got shape {shape}")
     if (size is None) == (scale_factor is None):
         raise ValueError("interpolate: give exactly one of size and scale_factor")
     if size is not None:
         sizes = [int(size)] * len(spatial) if isinstance(size, int) else [int(s) for s in size]
-        scales = [None] * len(spatial)
+        scales = []
     else:
-        scales = [float(scale_factor)] * len(spatial) if isinstance(scale_factor, (int, float)) \
+        factors = [float(scale_factor)] * len(spatial) if isinstance(scale_factor, (int, float)) \
             else [float(s) for s in scale_factor]
-        sizes = [int(math.floor(n * s)) for n, s in zip(spatial, scales)]
+        if len(factors) != len(spatial) or any(not f > 0 for f in factors):
+            raise ValueError(f"interpolate: scale_factor {scale_factor} does not fit input of shape {shape}")
+        sizes = [int(math.floor(n * s)) for n, s in zip(spatial, factors)]
+        scales = factors
     if len(sizes) != len(spatial) or any(s <= 0 for s in sizes):
         raise ValueError(f"interpolate: output size {sizes} does not fit input of shape {shape}")
-    out = x
-    for axis, (n, m, s) in enumerate(zip(spatial, sizes, scales)):
-        dim = 2 + axis
-        if mode == "nearest":
-            index = _interp_source(m, n, s, False, True)
-            out = oar.index_select(out, oar.tensor(index, device=x.device), dim=dim)
-        else:
-            out = _lerp_dim(out, dim, _interp_source(m, n, s, bool(align_corners), False), n)
-    return out
+    if len(spatial) == 1:  # [N, C, L] as [N, C, 1, L]
+        out = oar.upsample_nearest2d(oar.reshape(x, shape=shape[:2] + [1, spatial[0]]), output_size=[1, sizes[0]],
+                                     scales=[1.0, scales[0]] if scales else [])
+        return oar.reshape(out, shape=shape[:2] + sizes)
+    if mode == "nearest":
+        return oar.upsample_nearest2d(x, output_size=sizes, scales=scales)
+    return oar.upsample_bilinear2d(x, output_size=sizes, align_corners=bool(align_corners), scales=scales)
 
 
 def pad(x, pad, mode: str = "constant", value: float = 0.0):
-    """torch's pad: ``pad`` lists (left, right) for the last dim, then the one before, ...;
-    ``constant`` fills with value, ``reflect`` mirrors without the edge, ``replicate`` repeats it."""
+    """torch's pad (the pad op): ``pad`` lists (left, right) for the last dim, then the one before, ...;
+    ``constant`` fills with value (negative pads crop), ``reflect`` mirrors without the edge,
+    ``replicate`` repeats it."""
     pad = [int(p) for p in pad]
-    shape = _shape(x)
-    if len(pad) % 2 or len(pad) // 2 > len(shape):
-        raise ValueError(f"pad: {pad} must hold (before, after) pairs for at most {len(shape)} dims")
     if mode not in ("constant", "reflect", "replicate"):
         raise ValueError(f"pad: mode is 'constant', 'reflect' or 'replicate', not {mode!r}")
-    out = x
-    for k in range(len(pad) // 2):
-        dim = len(shape) - 1 - k
-        before, after = pad[2 * k], pad[2 * k + 1]
-        n = _shape(out)[dim]
-        if mode == "constant":
-            if before < 0 or after < 0:
-                raise ValueError(f"pad: negative padding {pad} is not supported")
-            parts = []
-            for width in (before, 0, after):
-                if width == 0:
-                    continue
-                block = _shape(out)
-                block[dim] = width
-                parts.append(oar.full(block, float(value), dtype=out.dtype, device=out.device))
-            if before or after:
-                out = oar.concat(parts[:1] + [out] + parts[1:] if before else [out] + parts, dim=dim)
-            continue
-        positions = np.arange(-before, n + after)
-        if mode == "reflect":
-            if before >= n or after >= n:
-                raise ValueError(f"pad: reflect padding {before, after} must be less than the dim's size {n}")
-            positions = np.abs(positions)
-            positions = np.where(positions >= n, 2 * (n - 1) - positions, positions)
-        else:
-            positions = np.clip(positions, 0, n - 1)
-        out = oar.index_select(out, oar.tensor(positions.astype(np.int64), device=x.device), dim=dim)
-    return out
+    return oar.pad(x, pad=pad, mode=mode, value=float(value))
 
 
 # ---- convolution -----------------------------------------------------------------------------------
