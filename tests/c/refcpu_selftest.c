@@ -884,6 +884,17 @@ static void test_sticky_errors(void) {
   EXPECT_STATUS(api->device_synchronize(0), OAR_ERROR_INTERNAL, "_refcpu_fault");
   EXPECT_OK(api->device_synchronize(0));
   EXPECT_OK(api->stream_synchronize(stream));
+
+  /* Several failed streams: device_synchronize returns one failure and clears every stream's
+     (docs/vendor/implement.md, "Sticky errors"). */
+  oar_stream other = new_stream(0);
+  EXPECT_OK(api->kernel_launch(stream, fault, NULL, 0, &out.dl, 1, NULL, 0));
+  EXPECT_OK(api->kernel_launch(other, fault, NULL, 0, &out.dl, 1, NULL, 0));
+  EXPECT_STATUS(api->device_synchronize(0), OAR_ERROR_INTERNAL, "_refcpu_fault");
+  EXPECT_OK(api->device_synchronize(0));
+  EXPECT_OK(api->stream_synchronize(stream));
+  EXPECT_OK(api->stream_synchronize(other));
+  EXPECT_OK(api->stream_destroy(other));
   EXPECT_OK(api->event_destroy(after));
   EXPECT_OK(api->stream_destroy(stream));
   EXPECT_OK(api->mem_free(0, buffer));
