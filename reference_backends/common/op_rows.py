@@ -41,10 +41,12 @@ ATTR_TYPES = {
     "ints": "OAR_ATTR_INTS", "floats": "OAR_ATTR_FLOATS", "string": "OAR_ATTR_STRING",
     "dtype": "OAR_ATTR_DTYPE",
 }
-ROLES = {"data": "ROLE_DATA", "index": "ROLE_INDEX", "condition": "ROLE_CONDITION", "quantized": "ROLE_QUANTIZED"}
-OUT_RULES = {"same": "OUT_SAME", "promote": "OUT_PROMOTE", "float": "OUT_FLOAT",
-             "accumulate": "OUT_SUM",  # floats keep their dtype, integers and bool give int64
-             "attr": "OUT_ATTR"}
+# The support library's names (oar/plugin_support.h group 7), whose oar_ps_dtypes_allowed reads them.
+ROLES = {"data": "OAR_PS_ROLE_DATA", "index": "OAR_PS_ROLE_INDEX", "condition": "OAR_PS_ROLE_CONDITION",
+         "quantized": "OAR_PS_ROLE_QUANTIZED"}
+OUT_RULES = {"same": "OAR_PS_OUT_SAME", "promote": "OAR_PS_OUT_PROMOTE", "float": "OAR_PS_OUT_FLOAT",
+             "accumulate": "OAR_PS_OUT_ACCUMULATE",  # floats keep their dtype, integers and bool give int64
+             "attr": "OAR_PS_OUT_ATTR"}
 
 
 class OpRowsError(Exception):
@@ -107,7 +109,7 @@ def op_row(op):
         raise OpRowsError(f"op {op.name}: more than {MAX_ATTRS} attrs")
     out_rule, out_fixed = OUT_RULES.get(op.out_dtype), "0"
     if out_rule is None:  # a dtype name: fixed
-        out_rule, out_fixed = "OUT_FIXED", DTYPE_IDS[op.out_dtype]
+        out_rule, out_fixed = "OAR_PS_OUT_FIXED", DTYPE_IDS[op.out_dtype]
 
     def padded(values, size, empty):
         values = list(values) + [empty] * (size - len(values))
@@ -124,7 +126,7 @@ def op_row(op):
         "input_names": padded([f'"{n}"' for n in (inputs * MAX_INPUTS if op.variadic else inputs)][:MAX_INPUTS],
                               MAX_INPUTS, "NULL"),
         "input_roles": padded((roles * MAX_INPUTS if op.variadic else roles)[:MAX_INPUTS], MAX_INPUTS,
-                              "ROLE_DATA"),
+                              "OAR_PS_ROLE_DATA"),
         "output_names": padded([f'"{o.name}"' for o in op.outputs], MAX_OUTPUTS, "NULL"),
         "attrs": [attr_row(op.name, a) for a in op.attrs],
         "dtype_mask": " | ".join(f"(1u << {DTYPE_IDS[d]})" for d in op.dtypes),

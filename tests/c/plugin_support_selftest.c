@@ -258,6 +258,152 @@ static void test_promote(void) {
   CHECK(oar_ps_promote_rank(b8) == 0 && oar_ps_promote_rank(f64) == 8 && oar_ps_promote_rank(odd) == -1, "ranks");
 }
 
+/* The dtype rules: the plugin's own sets, here "listed" = float32, float16, int32, int64, bool
+   and "castable" = anything but int16. */
+static const oar_dl_data_type F32 = {OAR_DL_FLOAT, 32, 1}, F16 = {OAR_DL_FLOAT, 16, 1},
+                              F64 = {OAR_DL_FLOAT, 64, 1}, I16 = {OAR_DL_INT, 16, 1}, I32 = {OAR_DL_INT, 32, 1},
+                              I64 = {OAR_DL_INT, 64, 1}, I8 = {OAR_DL_INT, 8, 1}, U8 = {OAR_DL_UINT, 8, 1},
+                              B8 = {OAR_DL_BOOL, 8, 1};
+
+static bool same(oar_dl_data_type a, oar_dl_data_type b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+static bool listed(const void* context, oar_dl_data_type dtype) {
+  (*(int*)context)++; /* the context reaches the test */
+  return same(dtype, F32) || same(dtype, F16) || same(dtype, I32) || same(dtype, I64) || same(dtype, B8);
+}
+
+static bool castable(const void* context, oar_dl_data_type dtype) {
+  (void)context;
+  return !same(dtype, I16);
+}
+
+/* Whether dtypes (num_inputs inputs, one output) follow rule. */
+static bool allowed(const oar_ps_dtype_rule* rule, uint32_t num_inputs, oar_dl_data_type a, oar_dl_data_type b,
+                    oar_dl_data_type out) {
+  int calls = 0;
+  oar_dl_data_type dtypes[3] = {a, b, out};
+  if (num_inputs == 1) dtypes[1] = out;
+  if (num_inputs == 0) dtypes[0] = out;
+  return oar_ps_dtypes_allowed(rule, dtypes, num_inputs, 1, listed, castable, &calls);
+}
+
+static void test_dtype_rules(void) {
+  const uint8_t data2[] = {OAR_PS_ROLE_DATA, OAR_PS_ROLE_DATA};
+  const uint8_t where[] = {OAR_PS_ROLE_CONDITION, OAR_PS_ROLE_DATA};
+  const uint8_t gather[] = {OAR_PS_ROLE_DATA, OAR_PS_ROLE_INDEX};
+  const uint8_t quant[] = {OAR_PS_ROLE_DATA, OAR_PS_ROLE_QUANTIZED};
+  oar_ps_dtype_rule same_rule = {data2, false, OAR_PS_OUT_SAME, {0, 0, 0}};
+  oar_ps_dtype_rule promote = {data2, true, OAR_PS_OUT_PROMOTE, {0, 0, 0}};
+  oar_ps_dtype_rule to_float = {data2, true, OAR_PS_OUT_FLOAT, {0, 0, 0}};
+  oar_ps_dtype_rule fixed_bool = {data2, true, OAR_PS_OUT_FIXED, B8};
+  oar_ps_dtype_rule attr = {data2, false, OAR_PS_OUT_ATTR, {0, 0, 0}};
+  oar_ps_dtype_rule accumulate = {data2, false, OAR_PS_OUT_ACCUMULATE, {0, 0, 0}};
+
+  CHECK(allowed(&same_rule, 2, F32, F32, F32) && !allowed(&same_rule, 2, F32, F32, F16), "same: the first's dtype");
+  CHECK(!allowed(&same_rule, 2, F32, F16, F32), "data inputs share a dtype unless the rule promotes");
+  CHECK(!allowed(&same_rule, 1, F64, F64, F64), "a data input the plugin does not list");
+  CHECK(allowed(&same_rule, 0, F16, F16, F16) && !allowed(&same_rule, 0, I16, I16, I16),
+        "same without data inputs (creation): any listed dtype");
+
+  CHECK(allowed(&promote, 2, I32, F16, F16) && allowed(&promote, 2, F16, I64, F16) && !allowed(&promote, 2, I32, F16, F32),
+        "promote: the promoted dtype");
+  CHECK(allowed(&promote, 2, F16, F16, F16) && allowed(&promote, 2, B8, I32, I32), "promote: equal, bool with int");
+  CHECK(!allowed(&promote, 0, F32, F32, F32), "promote needs a data input");
+
+  CHECK(allowed(&to_float, 2, I32, I64, F32) && !allowed(&to_float, 2, I32, I64, I64), "float: int to float32");
+  CHECK(allowed(&to_float, 2, F16, F16, F16) && allowed(&to_float, 1, B8, B8, F32), "float: floats kept, bool to float32");
+
+  CHECK(allowed(&fixed_bool, 2, F32, I32, B8) && !allowed(&fixed_bool, 2, F32, I32, F32), "fixed: that dtype");
+  CHECK(allowed(&fixed_bool, 0, B8, B8, B8), "fixed needs no data input");
+
+  CHECK(allowed(&attr, 1, F32, F32, I8) && allowed(&attr, 1, F32, F32, F64) && !allowed(&attr, 1, F32, F32, I16),
+        "attr: any castable dtype");
+  int calls = 0;
+  oar_dl_data_type cast[2] = {F32, I8};
+  CHECK(!oar_ps_dtypes_allowed(&attr, cast, 1, 1, listed, NULL, &calls) && calls == 1,
+        "attr with no castable set: refused; the context is passed through");
+
+  CHECK(allowed(&accumulate, 1, I32, I32, I64) && allowed(&accumulate, 1, I32, I32, I32), "accumulate: int32");
+  CHECK(allowed(&accumulate, 1, B8, B8, I64) && !allowed(&accumulate, 1, B8, B8, B8), "accumulate: bool to int64");
+  CHECK(allowed(&accumulate, 1, F16, F16, F16) && !allowed(&accumulate, 1, F16, F16, F32), "accumulate: floats kept");
+  CHECK(!allowed(&accumulate, 1, I64, I64, I32), "accumulate: int64 does not narrow");
+
+  oar_ps_dtype_rule condition = {where, true, OAR_PS_OUT_SAME, {0, 0, 0}};
+  CHECK(allowed(&condition, 2, B8, F32, F32) && !allowed(&condition, 2, I32, F32, F32), "a condition is bool");
+  oar_ps_dtype_rule index = {gather, false, OAR_PS_OUT_SAME, {0, 0, 0}};
+  CHECK(allowed(&index, 2, F16, I32, F16) && allowed(&index, 2, F16, I64, F16) && !allowed(&index, 2, F16, I8, F16),
+        "an index is int32 or int64; the output follows the data input");
+  oar_ps_dtype_rule codes = {quant, false, OAR_PS_OUT_SAME, {0, 0, 0}};
+  CHECK(allowed(&codes, 2, F32, I8, F32) && allowed(&codes, 2, F32, U8, F32) && !allowed(&codes, 2, F32, F32, F32),
+        "quantized codes are int8 or uint8, whatever the op lists");
+
+  oar_dl_data_type dtypes[2] = {I32, F16}, out = I8;
+  CHECK(oar_ps_expected_out_dtype(&promote, dtypes, 2, &out) && same(out, F16), "expected: promote");
+  CHECK(oar_ps_expected_out_dtype(&to_float, dtypes, 1, &out) && same(out, F32), "expected: float of int32");
+  CHECK(oar_ps_expected_out_dtype(&fixed_bool, dtypes, 0, &out) && same(out, B8), "expected: fixed");
+  out = I8;
+  CHECK(!oar_ps_expected_out_dtype(&attr, dtypes, 1, &out) && !oar_ps_expected_out_dtype(&same_rule, dtypes, 0, &out) &&
+            same(out, I8),
+        "expected: none for attr and creation, out untouched");
+  oar_dl_data_type vector[2] = {{OAR_DL_FLOAT, 32, 4}, F32};
+  CHECK(!oar_ps_expected_out_dtype(&promote, vector, 2, &out) && !allowed(&promote, 2, vector[0], F32, F32),
+        "a dtype without promotion rank");
+}
+
+/* Collapses shape (ndim dims) with two tensors' strides; true if it gives want_shape and the strides. */
+static bool collapses_to(int32_t ndim, const int64_t* shape, const int64_t* a, const int64_t* b, int32_t want_ndim,
+                         const int64_t* want_shape, const int64_t* want_a, const int64_t* want_b) {
+  int64_t s[OAR_PS_MAX_DIMS], sa[OAR_PS_MAX_DIMS], sb[OAR_PS_MAX_DIMS];
+  memcpy(s, shape, sizeof(int64_t) * (size_t)ndim);
+  memcpy(sa, a, sizeof(int64_t) * (size_t)ndim);
+  memcpy(sb, b, sizeof(int64_t) * (size_t)ndim);
+  int64_t* strides[2] = {sa, sb};
+  int32_t got = oar_ps_collapse_dims(ndim, s, 2, strides);
+  if (got != want_ndim) return false;
+  for (int32_t d = 0; d < got; d++)
+    if (s[d] != want_shape[d] || sa[d] != want_a[d] || sb[d] != want_b[d]) return false;
+  return true;
+}
+
+static void test_collapse_dims(void) {
+  /* contiguous [2, 3, 4] with itself: one row of 24 */
+  CHECK(collapses_to(3, (int64_t[]){2, 3, 4}, (int64_t[]){12, 4, 1}, (int64_t[]){12, 4, 1}, 1, (int64_t[]){24},
+                     (int64_t[]){1}, (int64_t[]){1}),
+        "contiguous: one dim");
+  /* b transposed in its last two dims: no neighbours step evenly in both */
+  CHECK(collapses_to(3, (int64_t[]){2, 3, 4}, (int64_t[]){12, 4, 1}, (int64_t[]){12, 1, 3}, 3, (int64_t[]){2, 3, 4},
+                     (int64_t[]){12, 4, 1}, (int64_t[]){12, 1, 3}),
+        "a transposed tensor keeps the dims");
+  /* b broadcast along dim 0 (stride 0): dims 1 and 2 merge, dim 0 stays */
+  CHECK(collapses_to(3, (int64_t[]){5, 3, 4}, (int64_t[]){12, 4, 1}, (int64_t[]){0, 4, 1}, 2, (int64_t[]){5, 12},
+                     (int64_t[]){12, 1}, (int64_t[]){0, 1}),
+        "a broadcast dim stays apart");
+  /* size-1 dims dropped whatever their strides; byte strides work the same */
+  CHECK(collapses_to(4, (int64_t[]){1, 6, 1, 2}, (int64_t[]){99, 8, 7, 4}, (int64_t[]){0, 16, 3, 8}, 1,
+                     (int64_t[]){12}, (int64_t[]){4}, (int64_t[]){8}),
+        "size-1 dims dropped, bytes merge");
+  /* every other element of rows of 8: one even stride of 2, so it merges */
+  CHECK(collapses_to(2, (int64_t[]){3, 4}, (int64_t[]){8, 2}, (int64_t[]){4, 1}, 1, (int64_t[]){12},
+                     (int64_t[]){2}, (int64_t[]){1}),
+        "an evenly strided view merges");
+  /* rows of 4 out of rows of 10: the row dim stays */
+  CHECK(collapses_to(2, (int64_t[]){3, 4}, (int64_t[]){10, 1}, (int64_t[]){4, 1}, 2, (int64_t[]){3, 4},
+                     (int64_t[]){10, 1}, (int64_t[]){4, 1}),
+        "a padded row keeps its row dim");
+  CHECK(collapses_to(3, (int64_t[]){2, 0, 4}, (int64_t[]){4, 4, 1}, (int64_t[]){4, 4, 1}, 1, (int64_t[]){0},
+                     (int64_t[]){0}, (int64_t[]){0}),
+        "an empty shape: {0}");
+  CHECK(collapses_to(2, (int64_t[]){1, 1}, (int64_t[]){5, 5}, (int64_t[]){1, 1}, 1, (int64_t[]){1}, (int64_t[]){0},
+                     (int64_t[]){0}),
+        "all ones: {1}");
+  int64_t scalar_shape[1] = {7}, scalar_stride[1] = {7};
+  int64_t* scalar_strides[1] = {scalar_stride};
+  CHECK(oar_ps_collapse_dims(0, scalar_shape, 1, scalar_strides) == 1 && scalar_shape[0] == 1 && scalar_stride[0] == 0,
+        "0-d: {1}");
+}
+
 int main(void) {
   test_errors();
   test_log();
@@ -266,6 +412,8 @@ int main(void) {
   test_conv2d();
   test_pool2d();
   test_promote();
+  test_dtype_rules();
+  test_collapse_dims();
   printf("%d passed, %d failed\n", checks - failures, failures);
   return failures ? 1 : 0;
 }

@@ -26,10 +26,10 @@ typedef enum op_kind {
   OP_KIND_NN, OP_KIND_INDEX, OP_KIND_MISC
 } op_kind;
 
-/* How the output dtype follows from the inputs (ops.yaml out_dtype; accumulate is OUT_SUM). */
-typedef enum out_rule { OUT_SAME, OUT_PROMOTE, OUT_FLOAT, OUT_FIXED, OUT_ATTR, OUT_SUM } out_rule;
-/* What an input is, for its dtype check: the op's dtypes, int32/int64 indices, bool condition. */
-typedef enum input_role { ROLE_DATA, ROLE_INDEX, ROLE_CONDITION, ROLE_QUANTIZED } input_role;
+/* How the output dtype follows from the inputs (ops.yaml out_dtype) and what an input is, for its
+   dtype: the support library's rules (OAR_PS_OUT_*, OAR_PS_ROLE_*), which oar_ps_dtypes_allowed checks. */
+typedef oar_ps_out_rule out_rule;
+typedef oar_ps_input_role input_role;
 
 /* One attribute of ops.yaml: its OAR_ATTR_* type and, unless required, its default
    (oar/plugin_support.h's declaration, which its attribute checks read). */
@@ -40,7 +40,7 @@ typedef struct op_def {
   op_kind kind;
   uint32_t min_inputs, max_inputs, num_outputs;
   const char* input_names[OAR_OP_MAX_INPUTS];
-  uint8_t input_roles[OAR_OP_MAX_INPUTS];
+  uint8_t input_roles[OAR_OP_MAX_INPUTS]; /* input_role */
   const char* output_names[OAR_OP_MAX_OUTPUTS];
   uint32_t num_attrs;
   const op_attr_def* attrs;

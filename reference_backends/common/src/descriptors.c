@@ -73,6 +73,35 @@ void oar_ps_format_shape(char* text, size_t bytes, int32_t ndim, const int64_t* 
   if (used < bytes) snprintf(text + used, bytes - used, "]");
 }
 
+int32_t oar_ps_collapse_dims(int32_t ndim, int64_t* shape, int32_t num_tensors, int64_t* const* strides) {
+  int32_t kept = 0;
+  for (int32_t d = 0; d < ndim; d++) {
+    if (shape[d] == 0) { /* nothing to walk: one empty dim */
+      kept = 0;
+      shape[kept++] = 0;
+      break;
+    }
+    if (shape[d] == 1) continue; /* never moves a pointer */
+    bool merges = kept > 0;
+    for (int32_t t = 0; t < num_tensors && merges; t++)
+      merges = strides[t][kept - 1] == strides[t][d] * shape[d];
+    if (merges) {
+      shape[kept - 1] *= shape[d];
+      for (int32_t t = 0; t < num_tensors; t++) strides[t][kept - 1] = strides[t][d];
+    } else {
+      shape[kept] = shape[d];
+      for (int32_t t = 0; t < num_tensors; t++) strides[t][kept] = strides[t][d];
+      kept++;
+    }
+  }
+  if (kept == 0 || shape[0] == 0) {
+    if (kept == 0) shape[0] = 1;
+    for (int32_t t = 0; t < num_tensors; t++) strides[t][0] = 0;
+    return 1;
+  }
+  return kept;
+}
+
 bool oar_ps_same_shape(int32_t ndim_a, const int64_t* shape_a, int32_t ndim_b, const int64_t* shape_b) {
   return ndim_a == ndim_b && (ndim_a == 0 || memcmp(shape_a, shape_b, (size_t)ndim_a * sizeof shape_a[0]) == 0);
 }

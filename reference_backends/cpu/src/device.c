@@ -1,10 +1,147 @@
-/* Device entry points: count, thread binding, synchronize, properties. */
+/* Device entry points: init and finalize, count, thread binding, synchronize, properties. */
 #include "internal.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+refcpu_state g_refcpu;
+
+char refcpu_device_type[33] = "refcpu";
 
 static _Thread_local int32_t bound_device;
+
+oar_status refcpu_check_ready(const char* entry) {
+  if (atomic_load_explicit(&g_refcpu.ready, memory_order_acquire)) return OAR_SUCCESS;
+  return refcpu_fail(OAR_ERROR_NOT_INITIALIZED,
+                     "%s: the plugin is not initialized (init was not called, or finalize already ran)",
+                     entry);
+}
+
+oar_status refcpu_check_device(const char* entry, int32_t device) {
+  if (device >= 0 && device < g_refcpu.config.device_count) return OAR_SUCCESS;
+  return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "%s: device %d is out of range [0, %d)", entry,
+                     device, g_refcpu.config.device_count);
+}
+
+/* Reads an integer variable in [lowest, highest]; unset or empty gives fallback. */
+static oar_status read_env_int(const char* name, int64_t lowest, int64_t highest,
+                               int64_t fallback, int64_t* value) {
+  const char* text = getenv(name);
+  if (!text || !*text) {
+    *value = fallback;
+    return OAR_SUCCESS;
+  }
+  char* end;
+  errno = 0;
+  long long parsed = strtoll(text, &end, 10);
+  if (errno || *end != '\0' || parsed < lowest || parsed > highest)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "init: %s='%s' is not an integer in %lld..%lld", name, text,
+                       (long long)lowest, (long long)highest);
+  *value = parsed;
+  return OAR_SUCCESS;
+}
+
+static oar_status read_config(refcpu_config* config) {
+  int64_t count, megabytes, strict, threads, fault_injection;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  REFCPU_TRY(read_env_int("OAR_REFCPU_DEVICE_COUNT", 1, 64, 2, &count));
+  REFCPU_TRY(read_env_int("OAR_REFCPU_MEMORY_MB", 1, (int64_t)1 << 24, 4096, &megabytes));
+  REFCPU_TRY(read_env_int("OAR_REFCPU_STRICT", 0, 1, 0, &strict));
+  REFCPU_TRY(read_env_int("OAR_REFCPU_THREADS", 1, 1024, online > 0 ? online : 1, &threads));
+  REFCPU_TRY(read_env_int("OAR_REFCPU_FAULT_INJECTION", 0, 1, 0, &fault_injection));
+  config->device_count = (int32_t)count;
+  config->arena_bytes = (uint64_t)megabytes << 20;
+  config->strict = strict != 0;
+  config->threads = (int32_t)threads;
+  config->fault_injection = fault_injection != 0;
+  snprintf(config->device_type, sizeof config->device_type, "%s", refcpu_device_type);
+  return OAR_SUCCESS;
+}
+
+static void close_devices(int32_t opened) {
+  for (int32_t i = 0; i < opened; i++) {
+    arena_close(&g_refcpu.devices[i].arena);
+    pthread_mutex_destroy(&g_refcpu.devices[i].streams_lock);
+    pthread_cond_destroy(&g_refcpu.devices[i].streams_unpinned);
+  }
+  free(g_refcpu.devices);
+  g_refcpu.devices = NULL;
+}
+
+static void close_registries(void) {
+  registry_close(&g_refcpu.streams);
+  registry_close(&g_refcpu.events);
+  registry_close(&g_refcpu.kernels);
+  registry_close(&g_refcpu.modules);
+  registry_close(&g_refcpu.functions);
+}
+
+oar_status refcpu_init(void) {
+  if (atomic_load(&g_refcpu.ready))
+    return refcpu_fail(OAR_ERROR_INTERNAL, "init: the plugin is already initialized");
+  refcpu_config config;
+  REFCPU_TRY(read_config(&config));
+  g_refcpu.config = config;
+  g_refcpu.epoch = (uint8_t)(g_refcpu.epoch + 1);
+  registry_open(&g_refcpu.streams, HANDLE_STREAM);
+  registry_open(&g_refcpu.events, HANDLE_EVENT);
+  registry_open(&g_refcpu.kernels, HANDLE_KERNEL);
+  registry_open(&g_refcpu.modules, HANDLE_MODULE);
+  registry_open(&g_refcpu.functions, HANDLE_FUNCTION);
+  g_refcpu.devices = calloc((size_t)config.device_count, sizeof *g_refcpu.devices);
+  if (!g_refcpu.devices) {
+    close_registries();
+    return refcpu_fail(OAR_ERROR_INTERNAL, "init: out of host memory");
+  }
+  for (int32_t i = 0; i < config.device_count; i++) {
+    refcpu_device* device = &g_refcpu.devices[i];
+    oar_status status = arena_open(&device->arena, i, config.arena_bytes, config.strict);
+    if (status != OAR_SUCCESS) {
+      close_devices(i);
+      close_registries();
+      return status;
+    }
+    pthread_mutex_init(&device->streams_lock, NULL);
+    pthread_cond_init(&device->streams_unpinned, NULL);
+  }
+  oar_status status = thread_pool_open(config.threads);
+  if (status != OAR_SUCCESS) {
+    close_devices(config.device_count);
+    close_registries();
+    return status;
+  }
+  profiler_open(config.device_count);
+  host_memory_open();
+  collectives_open();
+  atomic_store_explicit(&g_refcpu.ready, true, memory_order_release);
+  refcpu_log(OAR_LOG_INFO, "refcpu %s: %d device(s) '%s', %llu MiB each%s, %d threads", REFCPU_VERSION,
+             config.device_count, config.device_type, (unsigned long long)(config.arena_bytes >> 20),
+             config.strict ? ", strict pointers" : "", config.threads);
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_finalize(void) {
+  REFCPU_TRY(refcpu_check_ready("finalize"));
+  /* Streams drain first, while callbacks may still call into the plugin. */
+  stream_destroy_all();
+  atomic_store_explicit(&g_refcpu.ready, false, memory_order_release);
+  collectives_close();
+  event_destroy_all();
+  module_unload_all();
+  kernel_destroy_all();
+  thread_pool_close();
+  profiler_close();
+  host_memory_close();
+  close_devices(g_refcpu.config.device_count);
+  close_registries();
+  workdir_remove();
+  return OAR_SUCCESS;
+}
+
 
 oar_status refcpu_device_count(int32_t* count) {
   REFCPU_TRY(refcpu_check_ready("device_count"));

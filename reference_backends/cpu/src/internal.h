@@ -302,6 +302,10 @@ OAR_DECLARE_MEMORY_ENTRIES(refcpu);
 
 /* ---- device.c ----------------------------------------------------------- */
 
+/* The device type init reports: "refcpu", or OAR_REFCPU_DEVICE_TYPE as oar_plugin_init read it. */
+extern char refcpu_device_type[33];
+oar_status refcpu_init(void);
+oar_status refcpu_finalize(void);
 oar_status refcpu_device_count(int32_t* count);
 oar_status refcpu_set_device(int32_t device);
 oar_status refcpu_get_device(int32_t* device);

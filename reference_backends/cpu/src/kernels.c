@@ -25,7 +25,7 @@ static const op_def fault_op = {
     .output_names = {"out"},
     .dtype_mask = (1u << DTYPE_F32) | (1u << DTYPE_F64) | (1u << DTYPE_F16) | (1u << DTYPE_BF16) |
                   (1u << DTYPE_I8) | (1u << DTYPE_I32) | (1u << DTYPE_I64) | (1u << DTYPE_BOOL),
-    .out_dtype = OUT_SAME,
+    .out_dtype = OAR_PS_OUT_SAME,
     .run = run_fault,
 };
 
@@ -64,83 +64,25 @@ uint8_t dtype_promote(uint8_t a, uint8_t b) {
   return id;
 }
 
-static bool is_integral(uint8_t dtype) { return !dtype_is_floating(dtype); }
-
-/* The output dtype the op's rule gives for these inputs; false if none. */
-static bool expected_out_dtype(const op_def* op, const uint8_t* ids, uint32_t num_inputs,
-                               uint8_t* out, bool* any_castable) {
-  bool have_data = false;
-  uint8_t first = 0, promoted = 0;
-  for (uint32_t i = 0; i < num_inputs; i++) {
-    if (op->input_roles[i] != ROLE_DATA) continue;
-    if (!have_data) first = promoted = ids[i];
-    else promoted = dtype_promote(promoted, ids[i]);
-    have_data = true;
-  }
-  *any_castable = false;
-  switch (op->out_dtype) {
-    case OUT_SAME:
-      if (!have_data) return false; /* creation: any dtype of the list, checked by the caller */
-      *out = first;
-      return true;
-    case OUT_PROMOTE:
-      *out = promoted;
-      return have_data;
-    case OUT_FLOAT:
-      *out = have_data && is_integral(promoted) ? DTYPE_F32 : promoted;
-      return have_data;
-    case OUT_SUM:
-      *out = is_integral(first) ? DTYPE_I64 : first;
-      return have_data;
-    case OUT_FIXED:
-      *out = op->out_fixed_dtype;
-      return true;
-    case OUT_ATTR:
-      *any_castable = true;
-      return false;
-  }
-  return false;
+/* The op's dtype rule in the support library's terms (group 7). */
+static oar_ps_dtype_rule dtype_rule(const op_def* op) {
+  return (oar_ps_dtype_rule){.input_roles = op->input_roles,
+                             .promotes = op->kind == OP_KIND_BINARY || op->kind == OP_KIND_TERNARY,
+                             .out = op->out_dtype,
+                             .out_fixed = dtype_to_dl(op->out_fixed_dtype)};
 }
 
-/* Whether the plugin has a kernel for these dtypes (count already checked). */
-static bool supports(const op_def* op, const uint8_t* ids, uint32_t num_inputs) {
-  uint8_t first_data = 0;
-  bool have_data = false;
-  for (uint32_t i = 0; i < num_inputs; i++) {
-    uint8_t id = ids[i];
-    switch (op->input_roles[i]) {
-      case ROLE_INDEX:
-        if (id != DTYPE_I32 && id != DTYPE_I64) return false;
-        break;
-      case ROLE_CONDITION:
-        if (id != DTYPE_BOOL) return false;
-        break;
-      case ROLE_QUANTIZED:
-        if (id != DTYPE_I8 && id != DTYPE_U8) return false;
-        break;
-      default:
-        if (!(op->dtype_mask & (1u << id))) return false;
-        /* Only elementwise binary/ternary ops promote mixed data inputs. */
-        if (have_data && id != first_data && op->kind != OP_KIND_BINARY && op->kind != OP_KIND_TERNARY)
-          return false;
-        if (!have_data) first_data = id;
-        have_data = true;
-    }
-  }
-  for (uint32_t o = 0; o < op->num_outputs; o++) {
-    uint8_t out = ids[num_inputs + o], expected;
-    bool any_castable;
-    if (expected_out_dtype(op, ids, num_inputs, &expected, &any_castable)) {
-      /* sum: ops.yaml's out_dtype says "same", its semantics int64; take both for int32. */
-      bool sum_same = op->out_dtype == OUT_SUM && num_inputs > 0 && ids[0] == DTYPE_I32 && out == DTYPE_I32;
-      if (out != expected && !sum_same) return false;
-    } else if (any_castable) {
-      if (!dtype_is_castable(out)) return false;
-    } else if (!(op->dtype_mask & (1u << out))) { /* creation ops: out from the list */
-      return false;
-    }
-  }
-  return true;
+/* The dtypes ops.yaml lists for the op (context: the op_def). */
+static bool listed_dtype(const void* op, oar_dl_data_type dl) {
+  uint8_t id;
+  return dtype_from_dl(dl, &id) && (((const op_def*)op)->dtype_mask & (1u << id));
+}
+
+/* The dtypes a cast writes (context unused). */
+static bool castable_dtype(const void* op, oar_dl_data_type dl) {
+  (void)op;
+  uint8_t id;
+  return dtype_from_dl(dl, &id) && dtype_is_castable(id);
 }
 
 oar_status refcpu_kernel_query(int32_t device, const char* op_name,
@@ -173,7 +115,8 @@ oar_status refcpu_kernel_query(int32_t device, const char* op_name,
                          "kernel_query: %s: dtype {code %u, bits %u, lanes %u} is not supported",
                          op->name, dtypes[i].code, dtypes[i].bits, dtypes[i].lanes);
   }
-  if (!supports(op, ids, num_inputs)) {
+  oar_ps_dtype_rule rule = dtype_rule(op);
+  if (!oar_ps_dtypes_allowed(&rule, dtypes, num_inputs, op->num_outputs, listed_dtype, castable_dtype, op)) {
     char names[160] = "";
     for (size_t i = 0; i < num_dtypes; i++)
       snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s%s", i ? ", " : "",
@@ -431,7 +374,7 @@ oar_status refcpu_kernel_launch(oar_stream stream_handle, oar_kernel kernel_hand
     REFCPU_TRY(make_view(kernel, stream, op->output_names[o], &outputs[o],
                          kernel->dtypes[num_inputs + o], &cmd->outputs[o]));
   REFCPU_TRY(parse_attrs(op, attrs, num_attrs, cmd));
-  if (op->out_dtype == OUT_ATTR) {
+  if (op->out_dtype == OAR_PS_OUT_ATTR) {
     int index = find_attr(op, "dtype");
     for (size_t o = 0; o < num_outputs; o++)
       if (index >= 0 && cmd->outputs[o].dtype != cmd->attrs[index].dtype)

@@ -98,23 +98,10 @@ typedef enum op_kind {
   OP_KIND_FAULT /* test hook: fails on the worker; only with OAR_REFCPU_FAULT_INJECTION=1 */
 } op_kind;
 
-/* How the output dtype follows from the inputs (ops.yaml out_dtype). */
-typedef enum out_rule {
-  OUT_SAME,      /* the first data input's (creation ops: any listed dtype) */
-  OUT_PROMOTE,   /* promotion of the data inputs */
-  OUT_FLOAT,     /* promotion, then float32 if integral or bool */
-  OUT_FIXED,     /* out_fixed_dtype (bool, int64, a dtype name) */
-  OUT_ATTR,      /* the "dtype" attribute (any dtype at query, checked at launch) */
-  OUT_SUM        /* sum: int64 for integral/bool inputs (its semantics), else the same */
-} out_rule;
-
-/* What an input is, for its dtype check. */
-typedef enum input_role {
-  ROLE_DATA,      /* dtype from the op's dtypes list */
-  ROLE_INDEX,     /* int32 or int64 (inputs named indices, target) */
-  ROLE_CONDITION, /* bool (inputs named condition) */
-  ROLE_QUANTIZED  /* int8 or uint8 low-bit codes (weight_only_linear's qweight) */
-} input_role;
+/* How the output dtype follows from the inputs (ops.yaml out_dtype) and what an input is, for its
+   dtype: the support library's rules (OAR_PS_OUT_*, OAR_PS_ROLE_*), which oar_ps_dtypes_allowed checks. */
+typedef oar_ps_out_rule out_rule;
+typedef oar_ps_input_role input_role;
 
 typedef oar_ps_attr_def op_attr_def; /* name, OAR_ATTR_* type, required, default */
 
@@ -124,13 +111,13 @@ typedef struct op_def {
   uint32_t min_inputs, max_inputs; /* optional trailing inputs; variadic: max = REFCPU_KERNEL_MAX_INPUTS */
   uint32_t num_outputs;
   const char* input_names[REFCPU_KERNEL_MAX_INPUTS];
-  uint8_t input_roles[REFCPU_KERNEL_MAX_INPUTS];
+  uint8_t input_roles[REFCPU_KERNEL_MAX_INPUTS]; /* input_role */
   const char* output_names[REFCPU_KERNEL_MAX_OUTPUTS];
   uint32_t num_attrs;
   const op_attr_def* attrs;
   uint32_t dtype_mask; /* bit (1 << refcpu_dtype) per accepted data dtype */
   out_rule out_dtype;
-  uint8_t out_fixed_dtype; /* OUT_FIXED */
+  uint8_t out_fixed_dtype; /* OAR_PS_OUT_FIXED */
   bool broadcast;
   oar_status (*run)(const kernel_command* cmd);
   oar_status (*check)(kernel_command* cmd); /* NULL: the kind's generic rule only */

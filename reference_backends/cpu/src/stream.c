@@ -57,6 +57,19 @@ oar_status stream_submit(refcpu_stream* stream, const command* source,
   return OAR_SUCCESS;
 }
 
+/* Counts node as done (stream->lock held). A record completes its event here, in the same
+   critical section: whoever sees the event complete also sees the stream's count include the
+   record, and stream_query / wait_idle, which read under the lock, never see the stream idle
+   before the event completes. */
+static void finish_command(refcpu_stream* stream, const command* node) {
+  atomic_fetch_add_explicit(&stream->completed, 1, memory_order_release);
+  if (node->kind == COMMAND_RECORD) {
+    event_marker_complete(node->u.marker, stream->error_status, stream->error_message);
+    event_marker_release(node->u.marker);
+  }
+  if (stream->sync_waiters) pthread_cond_broadcast(&stream->work_done);
+}
+
 oar_status stream_submit_or_run(refcpu_stream* stream, command* work, const char* entry) {
   pthread_mutex_lock(&stream->lock);
   bool idle = !stream->head && !stream->inline_running && !stream->stopping &&
@@ -82,8 +95,7 @@ oar_status stream_submit_or_run(refcpu_stream* stream, command* work, const char
 
   pthread_mutex_lock(&stream->lock);
   stream->inline_running = false;
-  atomic_fetch_add_explicit(&stream->completed, 1, memory_order_release);
-  if (stream->sync_waiters) pthread_cond_broadcast(&stream->work_done);
+  finish_command(stream, work);
   bool wake = stream->head && stream->worker_sleeping;
   pthread_mutex_unlock(&stream->lock);
   if (wake) pthread_cond_signal(&stream->work_ready);
@@ -116,7 +128,6 @@ static void execute(refcpu_stream* stream, command* node) {
   const char* name = NULL;
   const char* category = NULL;
   oar_status status = OAR_SUCCESS;
-  char message[REFCPU_ERROR_BYTES];
 
   switch (node->kind) {
     case COMMAND_COPY:
@@ -141,12 +152,8 @@ static void execute(refcpu_stream* stream, command* node) {
       category = "kernel";
       launch_release(&node->u.launch);
       break;
-    case COMMAND_RECORD: {
-      oar_status sticky = stream_current_error(stream, message, sizeof message);
-      event_marker_complete(node->u.marker, sticky, message);
-      event_marker_release(node->u.marker);
+    case COMMAND_RECORD: /* nothing to run: finish_command completes the event */
       break;
-    }
     case COMMAND_WAIT:
       event_marker_wait(node->u.marker);
       event_marker_release(node->u.marker);
@@ -221,6 +228,7 @@ static void* worker_main(void* argument) {
     execute(stream, node);
 
     pthread_mutex_lock(&stream->lock);
+    finish_command(stream, node);
     if (stream->free_node_count < MAX_RECYCLED_NODES) {
       node->next = stream->free_nodes;
       stream->free_nodes = node;
@@ -228,8 +236,6 @@ static void* worker_main(void* argument) {
     } else {
       free(node);
     }
-    atomic_fetch_add_explicit(&stream->completed, 1, memory_order_release);
-    if (stream->sync_waiters) pthread_cond_broadcast(&stream->work_done);
   }
 }
 
@@ -366,8 +372,11 @@ oar_status refcpu_stream_synchronize(oar_stream handle) {
 oar_status refcpu_stream_query(oar_stream handle) {
   refcpu_stream* stream = NULL;
   REFCPU_TRY(stream_lookup(handle, "stream_query", &stream));
+  /* Under the lock: a record's count and its event's completion are seen together. */
+  pthread_mutex_lock(&stream->lock);
   uint64_t enqueued = atomic_load_explicit(&stream->enqueued, memory_order_acquire);
   uint64_t completed = atomic_load_explicit(&stream->completed, memory_order_acquire);
+  pthread_mutex_unlock(&stream->lock);
   return completed >= enqueued ? OAR_SUCCESS : OAR_ERROR_NOT_READY;
 }
 

@@ -11,38 +11,16 @@ void strided_plan_make(strided_plan* plan, int ndim, const int64_t* shape,
                        int num_tensors, const int64_t* const* element_strides,
                        const int* element_sizes) {
   plan->num_tensors = num_tensors;
-  int kept = 0;
-  bool empty = false;
-  for (int d = 0; d < ndim; d++) {
-    if (shape[d] == 0) empty = true;
-    if (shape[d] == 1) continue; /* size-1 dims never move a pointer */
-    plan->shape[kept] = shape[d];
-    for (int t = 0; t < num_tensors; t++)
-      plan->strides[t][kept] = element_strides[t][d] * element_sizes[t];
-    kept++;
+  int64_t* byte_strides[STRIDED_MAX_TENSORS] = {NULL};
+  for (int d = 0; d < ndim; d++) plan->shape[d] = shape[d];
+  for (int t = 0; t < num_tensors; t++) {
+    byte_strides[t] = plan->strides[t];
+    for (int d = 0; d < ndim; d++) plan->strides[t][d] = element_strides[t][d] * element_sizes[t];
   }
-  if (empty || kept == 0) {
-    plan->ndim = 1;
-    plan->shape[0] = empty ? 0 : 1;
+  /* Size-1 dims dropped, dims every tensor steps evenly across merged (the support library). */
+  plan->ndim = oar_ps_collapse_dims(ndim, plan->shape, num_tensors, byte_strides);
+  if (plan->shape[0] <= 1) /* one element or none: a unit stride, as for a contiguous row */
     for (int t = 0; t < num_tensors; t++) plan->strides[t][0] = element_sizes[t];
-    return;
-  }
-  /* Merge dim d into the outer dim before it when every tensor steps evenly across both. */
-  int merged = 0;
-  for (int d = 1; d < kept; d++) {
-    bool contiguous = true;
-    for (int t = 0; t < num_tensors; t++)
-      if (plan->strides[t][merged] != plan->strides[t][d] * plan->shape[d]) contiguous = false;
-    if (contiguous) {
-      plan->shape[merged] *= plan->shape[d];
-      for (int t = 0; t < num_tensors; t++) plan->strides[t][merged] = plan->strides[t][d];
-    } else {
-      merged++;
-      plan->shape[merged] = plan->shape[d];
-      for (int t = 0; t < num_tensors; t++) plan->strides[t][merged] = plan->strides[t][d];
-    }
-  }
-  plan->ndim = merged + 1;
 }
 
 void strided_plan_views(strided_plan* plan, int num_tensors, const tensor_view* const* views) {

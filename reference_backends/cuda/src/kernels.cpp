@@ -1,5 +1,5 @@
 /* kernel_query / kernel_launch: the op table generated from interface/ops.yaml,
- * the dtype rules of oar/refcpu.h, the descriptor / attribute / shape checks
+ * the dtype rules of oar/plugin_support.h, the descriptor / attribute / shape checks
  * every op shares, then the op's cu_op_<name> (see ops.h). */
 #include <cinttypes>
 #include <cmath>
@@ -45,8 +45,6 @@ bool dtype_from_dl(oar_dl_data_type dl, uint8_t* out) {
   return true;
 }
 
-bool is_floating(uint8_t d) { return d == DTYPE_F32 || d == DTYPE_F64 || d == DTYPE_F16 || d == DTYPE_BF16; }
-
 /* The DLPack dtype of a valid id. */
 oar_dl_data_type dtype_to_dl(uint8_t d) {
   static const oar_dl_data_type dl[DTYPE_COUNT] = {
@@ -55,64 +53,29 @@ oar_dl_data_type dtype_to_dl(uint8_t d) {
   return dl[d];
 }
 
-/* The plugin support library's promotion (group 7), on this plugin's dtype ids. */
-uint8_t promote(uint8_t a, uint8_t b) {
-  oar_dl_data_type promoted;
-  uint8_t id;
-  if (a == b || a >= DTYPE_COUNT || b >= DTYPE_COUNT || !oar_ps_promote(dtype_to_dl(a), dtype_to_dl(b), &promoted) ||
-      !dtype_from_dl(promoted, &id))
-    return a;
-  return id;
-}
-
 const op_def* find_op(const char* name) {
   for (size_t i = 0; i < GENERATED_OP_COUNT; i++)
     if (strcmp(generated_ops[i].name, name) == 0) return &generated_ops[i];
   return nullptr;
 }
 
-bool supports(const op_def* op, const uint8_t* ids, uint32_t num_inputs, uint32_t num_dtypes) {
-  uint8_t first = 0, promoted = 0;
-  bool have_data = false;
-  for (uint32_t i = 0; i < num_inputs; i++) {
-    uint8_t id = ids[i];
-    if (op->input_roles[i] == ROLE_INDEX) {
-      if (id != DTYPE_I32 && id != DTYPE_I64) return false;
-    } else if (op->input_roles[i] == ROLE_CONDITION) {
-      if (id != DTYPE_BOOL) return false;
-    } else {
-      if (!(op->dtype_mask & (1u << id))) return false;
-      if (have_data && id != first && op->kind != OP_KIND_BINARY && op->kind != OP_KIND_TERNARY) return false;
-      promoted = have_data ? promote(promoted, id) : id;
-      if (!have_data) first = id;
-      have_data = true;
-    }
-  }
-  for (uint32_t o = num_inputs; o < num_dtypes; o++) {
-    uint8_t out = ids[o];
-    switch (op->out_dtype) {
-      case OUT_SAME:
-        if (have_data ? out != first : !(op->dtype_mask & (1u << out))) return false;
-        break;
-      case OUT_PROMOTE:
-        if (!have_data || out != promoted) return false;
-        break;
-      case OUT_FLOAT:
-        if (!have_data || out != (is_floating(promoted) ? promoted : (uint8_t)DTYPE_F32)) return false;
-        break;
-      case OUT_SUM:
-        if (!have_data || !(out == (is_floating(first) ? first : (uint8_t)DTYPE_I64) || (first == DTYPE_I32 && out == DTYPE_I32)))
-          return false;
-        break;
-      case OUT_FIXED:
-        if (out != op->out_fixed_dtype) return false;
-        break;
-      case OUT_ATTR:
-        if (out == DTYPE_I16 || out == DTYPE_U8) return false;
-        break;
-    }
-  }
-  return true;
+/* The dtypes ops.yaml lists for the op (context: the op_def). */
+bool listed_dtype(const void* op, oar_dl_data_type dl) {
+  uint8_t id = 0;
+  return dtype_from_dl(dl, &id) && (static_cast<const op_def*>(op)->dtype_mask & (1u << id));
+}
+
+/* The dtypes a cast writes (context unused). */
+bool castable_dtype(const void*, oar_dl_data_type dl) {
+  uint8_t id = 0;
+  return dtype_from_dl(dl, &id) && id != DTYPE_I16 && id != DTYPE_U8;
+}
+
+/* The op's dtype rule (the support library's group 7). */
+bool supports(const op_def* op, const oar_dl_data_type* dtypes, uint32_t num_inputs, uint32_t num_dtypes) {
+  oar_ps_dtype_rule rule{op->input_roles, op->kind == OP_KIND_BINARY || op->kind == OP_KIND_TERNARY, op->out_dtype,
+                         dtype_to_dl(op->out_fixed_dtype)};
+  return oar_ps_dtypes_allowed(&rule, dtypes, num_inputs, num_dtypes - num_inputs, listed_dtype, castable_dtype, op);
 }
 
 oar_status resolve_tensor(const cu_launch* L, const char* role, const oar_dl_tensor* t, uint8_t want,
@@ -274,7 +237,7 @@ oar_status cu_kernel_query(int32_t device, const char* op_name, const oar_dl_dat
                      dtypes[i].code, dtypes[i].bits);
     names += (i ? ", " : "") + std::string(dtype_names[k.dtypes[i]]);
   }
-  if (!supports(op, k.dtypes, k.num_inputs, k.num_dtypes))
+  if (!supports(op, dtypes, k.num_inputs, k.num_dtypes))
     return cu_fail(OAR_ERROR_NOT_SUPPORTED, "kernel_query: %s has no kernel for dtypes (%s)", op_name, names.c_str());
   std::string why;
   if (op->kind == OP_KIND_MATMUL && !cu_cublas_available(&why))

@@ -180,7 +180,7 @@ oar_status run_ew(cu_launch* L, int32_t code, double s0 = 0, double s1 = 0, uint
   if (out.numel == 0) return OAR_SUCCESS;
   bool use_float = L->num_inputs == 0 ? floating(out.dtype) : false;
   for (uint32_t k = 0; k < L->num_inputs; k++)
-    if (L->op->input_roles[k] == ROLE_DATA && floating(L->in[k].dtype)) use_float = true;
+    if (L->op->input_roles[k] == OAR_PS_ROLE_DATA && floating(L->in[k].dtype)) use_float = true;
   if (code == EW_LOGICAL_NOT || code == EW_ISNAN) use_float = floating(L->in[0].dtype);
   ew_params p{code, (int32_t)L->num_inputs, s0, s1, seed, offset};
   cu_tensor none{};

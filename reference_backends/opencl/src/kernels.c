@@ -42,7 +42,7 @@ static const op_def fault_op = {
     .output_names = {"out"},
     .dtype_mask = (1u << DT_F32) | (1u << DT_F64) | (1u << DT_F16) | (1u << DT_BF16) | (1u << DT_I8) |
                   (1u << DT_I32) | (1u << DT_I64) | (1u << DT_BOOL),
-    .out_dtype = OUT_SAME,
+    .out_dtype = OAR_PS_OUT_SAME,
     .run = run_fault,
 };
 
@@ -53,78 +53,31 @@ static const op_def* find_op(const char* name) {
   return NULL;
 }
 
-static bool castable(uint8_t dtype) { return dtype != DT_I16 && dtype != DT_U8; }
-
-static bool expected_out_dtype(const op_def* op, const uint8_t* ids, uint32_t num_inputs, uint8_t* out,
-                               bool* any_castable) {
-  bool have_data = false;
-  uint8_t first = 0, promoted = 0;
-  for (uint32_t i = 0; i < num_inputs; i++) {
-    if (op->input_roles[i] != ROLE_DATA) continue;
-    if (!have_data) first = promoted = ids[i];
-    else promoted = dtype_promote(promoted, ids[i]);
-    have_data = true;
-  }
-  *any_castable = false;
-  switch (op->out_dtype) {
-    case OUT_SAME:
-      if (!have_data) return false;
-      *out = first;
-      return true;
-    case OUT_PROMOTE:
-      *out = promoted;
-      return have_data;
-    case OUT_FLOAT:
-      *out = have_data && !dtype_is_floating(promoted) ? DT_F32 : promoted;
-      return have_data;
-    case OUT_SUM:
-      *out = dtype_is_floating(first) ? first : DT_I64;
-      return have_data;
-    case OUT_FIXED:
-      *out = op->out_fixed_dtype;
-      return true;
-    case OUT_ATTR:
-      *any_castable = true;
-      return false;
-  }
-  return false;
+/* The dtypes ops.yaml lists for the op (context: the op_def). */
+static bool listed_dtype(const void* op, oar_dl_data_type dl) {
+  uint8_t id;
+  return dtype_from_dl(dl, &id) && (((const op_def*)op)->dtype_mask & (1u << id));
 }
 
-static bool supports(const ocl_device* dev, const op_def* op, const uint8_t* ids, uint32_t num_inputs,
-                     uint32_t num_dtypes) {
+/* The dtypes a cast writes. */
+static bool castable(uint8_t dtype) { return dtype != DT_I16 && dtype != DT_U8; }
+
+static bool castable_dtype(const void* op, oar_dl_data_type dl) {
+  (void)op;
+  uint8_t id;
+  return dtype_from_dl(dl, &id) && castable(id);
+}
+
+/* float64 needs cl_khr_fp64; the rest is the op's dtype rule (the support library's group 7). */
+static bool supports(const ocl_device* dev, const op_def* op, const oar_dl_data_type* dtypes, const uint8_t* ids,
+                     uint32_t num_inputs, uint32_t num_dtypes) {
   for (uint32_t i = 0; i < num_dtypes; i++)
     if (ids[i] == DT_F64 && !dev->fp64) return false;
-  uint8_t first_data = 0;
-  bool have_data = false;
-  for (uint32_t i = 0; i < num_inputs; i++) {
-    uint8_t id = ids[i];
-    switch (op->input_roles[i]) {
-      case ROLE_INDEX:
-        if (id != DT_I32 && id != DT_I64) return false;
-        break;
-      case ROLE_CONDITION:
-        if (id != DT_BOOL) return false;
-        break;
-      default:
-        if (!(op->dtype_mask & (1u << id))) return false;
-        if (have_data && id != first_data && op->kind != OP_KIND_BINARY && op->kind != OP_KIND_TERNARY) return false;
-        if (!have_data) first_data = id;
-        have_data = true;
-    }
-  }
-  for (uint32_t o = 0; o < op->num_outputs; o++) {
-    uint8_t out = ids[num_inputs + o], expected;
-    bool any_castable;
-    if (expected_out_dtype(op, ids, num_inputs, &expected, &any_castable)) {
-      bool sum_same = op->out_dtype == OUT_SUM && num_inputs > 0 && ids[0] == DT_I32 && out == DT_I32;
-      if (out != expected && !sum_same) return false;
-    } else if (any_castable) {
-      if (!castable(out)) return false;
-    } else if (!(op->dtype_mask & (1u << out))) {
-      return false;
-    }
-  }
-  return true;
+  oar_ps_dtype_rule rule = {.input_roles = op->input_roles,
+                            .promotes = op->kind == OP_KIND_BINARY || op->kind == OP_KIND_TERNARY,
+                            .out = op->out_dtype,
+                            .out_fixed = dtype_to_dl(op->out_fixed_dtype)};
+  return oar_ps_dtypes_allowed(&rule, dtypes, num_inputs, num_dtypes - num_inputs, listed_dtype, castable_dtype, op);
 }
 
 oar_status ocl_kernel_query(int32_t device, const char* op_name, const oar_dl_data_type* dtypes, size_t num_dtypes,
@@ -148,7 +101,7 @@ oar_status ocl_kernel_query(int32_t device, const char* op_name, const oar_dl_da
       return ocl_fail(OAR_ERROR_NOT_SUPPORTED, "kernel_query: %s: dtype {code %u, bits %u, lanes %u} is not supported",
                       op->name, dtypes[i].code, dtypes[i].bits, dtypes[i].lanes);
   const ocl_device* dev = &g_ocl.devices[device];
-  if (!supports(dev, op, ids, num_inputs, (uint32_t)num_dtypes)) {
+  if (!supports(dev, op, dtypes, ids, num_inputs, (uint32_t)num_dtypes)) {
     char names[160] = "";
     for (size_t i = 0; i < num_dtypes; i++)
       snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s%s", i ? ", " : "",
@@ -320,7 +273,7 @@ oar_status ocl_kernel_launch(oar_stream stream_handle, oar_kernel kernel_handle,
     for (size_t o = 0; o < num_outputs && status == OAR_SUCCESS; o++)
       status = make_tensor(L, op->output_names[o], &outputs[o], kernel->dtypes[num_inputs + o], &L->out[o]);
     if (status == OAR_SUCCESS) status = parse_attrs(L, attrs, num_attrs);
-    if (status == OAR_SUCCESS && op->out_dtype == OUT_ATTR) {
+    if (status == OAR_SUCCESS && op->out_dtype == OAR_PS_OUT_ATTR) {
       int index = find_attr(op, "dtype");
       if (index >= 0 && L->out[0].dtype != L->attrs[index].dtype)
         status = ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: out is %s but attribute 'dtype' says %s",

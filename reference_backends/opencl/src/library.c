@@ -318,14 +318,14 @@ bool dtype_from_dl(oar_dl_data_type dl, uint8_t* dtype) {
 const char* dtype_name(uint8_t dtype) { return dtype < DT_COUNT ? dtype_infos[dtype].name : "?"; }
 int dtype_size(uint8_t dtype) { return dtype_infos[dtype].bits / 8; }
 bool dtype_is_floating(uint8_t dtype) { return dtype_infos[dtype].floating; }
+oar_dl_data_type dtype_to_dl(uint8_t dtype) { return (oar_dl_data_type){dtype_infos[dtype].code, dtype_infos[dtype].bits, 1}; }
 
 /* The plugin support library's promotion (group 7), on this plugin's dtype ids. */
 uint8_t dtype_promote(uint8_t a, uint8_t b) {
   if (a == b || a >= DT_COUNT || b >= DT_COUNT) return a;
-  oar_dl_data_type promoted, dl_a = {dtype_infos[a].code, dtype_infos[a].bits, 1},
-                             dl_b = {dtype_infos[b].code, dtype_infos[b].bits, 1};
+  oar_dl_data_type promoted;
   uint8_t id;
-  return oar_ps_promote(dl_a, dl_b, &promoted) && dtype_from_dl(promoted, &id) ? id : a;
+  return oar_ps_promote(dtype_to_dl(a), dtype_to_dl(b), &promoted) && dtype_from_dl(promoted, &id) ? id : a;
 }
 
 int family_of(uint8_t dtype) {
@@ -444,31 +444,22 @@ void nd_geometry_strided(g_nd* g, int ndim, const int64_t* shape, const int64_t*
                          const int64_t* offsets, int n, bool coalesce) {
   memset(g, 0, sizeof *g);
   g->ntensors = n;
-  for (int t = 0; t < n; t++) g->offset[t] = offsets[t];
+  int64_t* rows[G_MAX_TENSORS];
+  for (int t = 0; t < n; t++) {
+    g->offset[t] = offsets[t];
+    rows[t] = g->stride[t];
+    for (int d = 0; d < ndim; d++) g->stride[t][d] = strides[t][d];
+  }
+  for (int d = 0; d < ndim; d++) g->shape[d] = shape[d];
   g->numel = shape_numel(ndim, shape);
-  int out = 0;
-  for (int d = 0; d < ndim; d++) {
-    if (coalesce && shape[d] == 1) continue;
-    if (coalesce && out > 0) {
-      /* merge d into the previous kept dim when every tensor steps contiguously across */
-      bool merge = true;
-      for (int t = 0; t < n; t++)
-        if (g->stride[t][out - 1] != strides[t][d] * shape[d]) merge = false;
-      if (merge) {
-        g->shape[out - 1] *= shape[d];
-        for (int t = 0; t < n; t++) g->stride[t][out - 1] = strides[t][d];
-        continue;
-      }
-    }
-    g->shape[out] = shape[d];
-    for (int t = 0; t < n; t++) g->stride[t][out] = strides[t][d];
-    out++;
-  }
-  if (out == 0) { /* a scalar (or all ones) */
+  if (coalesce) { /* size-1 dims dropped, dims every tensor steps evenly across merged */
+    g->ndim = oar_ps_collapse_dims(ndim, g->shape, n, rows);
+  } else if (ndim == 0) { /* a scalar */
     g->shape[0] = 1;
-    out = 1;
+    g->ndim = 1;
+  } else {
+    g->ndim = ndim;
   }
-  g->ndim = out;
 }
 
 void nd_geometry(g_nd* g, int ndim, const int64_t* shape, const ocl_tensor* const* ts, int n, bool coalesce) {

@@ -41,6 +41,8 @@ bool dtype_from_dl(oar_dl_data_type dl, uint8_t* dtype);
 const char* dtype_name(uint8_t dtype);
 int dtype_size(uint8_t dtype);
 bool dtype_is_floating(uint8_t dtype);
+/* The DLPack dtype of a valid id. */
+oar_dl_data_type dtype_to_dl(uint8_t dtype);
 uint8_t dtype_promote(uint8_t a, uint8_t b);
 /* Host conversions with the cast rules (full's value). */
 uint64_t dtype_bits_from_double(uint8_t dtype, double value);

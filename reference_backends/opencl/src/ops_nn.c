@@ -45,28 +45,24 @@ static oar_status run_matmul(ocl_launch* L, const char* op) {
   g.n = cols;
   g.k = k;
   g.batch = 1;
-  /* batch dims of size 1 dropped, neighbours merged */
+  /* batch dims of size 1 dropped, neighbours merged (oar_ps_collapse_dims); one matrix: none */
+  const ocl_tensor* ts[3] = {a, b, out};
+  int64_t batch_shape[OCL_MAX_DIMS], batch_strides[3][OCL_MAX_DIMS];
+  int64_t* batch_rows[3] = {batch_strides[0], batch_strides[1], batch_strides[2]};
   for (int d = 0; d < n - 2; d++) {
     g.batch *= out->shape[d];
-    if (out->shape[d] == 1) continue;
-    const ocl_tensor* ts[3] = {a, b, out};
-    int j = g.batch_ndim;
-    if (j > 0) {
-      bool merge = true;
-      for (int t = 0; t < 3; t++)
-        if (g.batch_stride[t][j - 1] != ts[t]->strides[d] * out->shape[d]) merge = false;
-      if (merge) {
-        g.batch_shape[j - 1] *= out->shape[d];
-        for (int t = 0; t < 3; t++) g.batch_stride[t][j - 1] = ts[t]->strides[d];
-        continue;
-      }
-    }
-    if (j == G_MM_BATCH_DIMS)
-      return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: more than %d batch dims that do not merge", op,
-                      G_MM_BATCH_DIMS);
-    g.batch_shape[j] = out->shape[d];
-    for (int t = 0; t < 3; t++) g.batch_stride[t][j] = ts[t]->strides[d];
-    g.batch_ndim++;
+    batch_shape[d] = out->shape[d];
+    for (int t = 0; t < 3; t++) batch_strides[t][d] = ts[t]->strides[d];
+  }
+  int32_t batch_ndim = oar_ps_collapse_dims(n - 2, batch_shape, 3, batch_rows);
+  if (batch_shape[0] == 1) batch_ndim = 0;
+  if (batch_ndim > G_MM_BATCH_DIMS)
+    return ocl_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: more than %d batch dims that do not merge", op,
+                    G_MM_BATCH_DIMS);
+  g.batch_ndim = batch_ndim;
+  for (int j = 0; j < batch_ndim; j++) {
+    g.batch_shape[j] = batch_shape[j];
+    for (int t = 0; t < 3; t++) g.batch_stride[t][j] = batch_strides[t][j];
   }
   g.a_row = a->strides[n - 2];
   g.a_col = a->strides[n - 1];

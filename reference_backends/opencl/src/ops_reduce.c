@@ -9,44 +9,30 @@
 
 /* Rows where the row-major outer coordinates walk the dims outer[] and the
    items the dims inner[] (both in x's dim order). strides[t][d] is tensor t's
-   stride along x's dim d (0 where t does not vary along it). Neighbouring dims
-   merge when every tensor allows. */
+   stride along x's dim d (0 where t does not vary along it). Each group's dims
+   then collapse (oar_ps_collapse_dims) where every tensor allows. */
 static void rows_geometry(g_rows* g, const int64_t* shape, int ndim, uint32_t inner_mask, int ntensors,
                           const int64_t strides[G_ROW_TENSORS][OCL_MAX_DIMS], const int64_t* offsets) {
   memset(g, 0, sizeof *g);
-  for (int t = 0; t < ntensors; t++) g->offset[t] = offsets[t];
+  int64_t *outer_rows[G_ROW_TENSORS], *inner_rows[G_ROW_TENSORS];
+  for (int t = 0; t < ntensors; t++) {
+    g->offset[t] = offsets[t];
+    outer_rows[t] = g->outer_stride[t];
+    inner_rows[t] = g->inner_stride[t];
+  }
   g->outer_numel = g->inner_numel = 1;
   for (int d = 0; d < ndim; d++) {
     bool inner = inner_mask & (1u << d);
     int32_t* count = inner ? &g->inner_ndim : &g->outer_ndim;
-    int64_t* dims = inner ? g->inner_shape : g->outer_shape;
-    int64_t(*dst)[G_ROW_DIMS] = inner ? g->inner_stride : g->outer_stride;
+    int64_t* const* rows = inner ? inner_rows : outer_rows;
+    (inner ? g->inner_shape : g->outer_shape)[*count] = shape[d];
+    for (int t = 0; t < ntensors; t++) rows[t][*count] = strides[t][d];
+    (*count)++;
     if (inner) g->inner_numel *= shape[d];
     else g->outer_numel *= shape[d];
-    if (shape[d] == 1) continue;
-    int k = *count;
-    if (k > 0) {
-      bool merge = true;
-      for (int t = 0; t < ntensors; t++)
-        if (dst[t][k - 1] != strides[t][d] * shape[d]) merge = false;
-      if (merge) {
-        dims[k - 1] *= shape[d];
-        for (int t = 0; t < ntensors; t++) dst[t][k - 1] = strides[t][d];
-        continue;
-      }
-    }
-    dims[k] = shape[d];
-    for (int t = 0; t < ntensors; t++) dst[t][k] = strides[t][d];
-    (*count)++;
   }
-  if (g->outer_ndim == 0) {
-    g->outer_ndim = 1;
-    g->outer_shape[0] = 1;
-  }
-  if (g->inner_ndim == 0) {
-    g->inner_ndim = 1;
-    g->inner_shape[0] = 1;
-  }
+  g->outer_ndim = oar_ps_collapse_dims(g->outer_ndim, g->outer_shape, ntensors, outer_rows);
+  g->inner_ndim = oar_ps_collapse_dims(g->inner_ndim, g->inner_shape, ntensors, inner_rows);
 }
 
 /* Rows of a group kernel when the rows are long and not too many. */

@@ -24,7 +24,8 @@
  *   gets its own copy, so two plugins in one process never share a message.
  *
  * Groups: 1 errors, 2 log and clock, 3 attributes, 4 tensor descriptors,
- * 5 dims and shapes, 6 conv2d and pool geometry, 7 dtype promotion.
+ * 5 dims and shapes, 6 conv2d and pool geometry, 7 dtype promotion and the
+ * ops' dtype rules.
  *
  * C99 and C++ compatible; depends on oar/device_api.h and the C standard
  * headers only.
@@ -200,6 +201,16 @@ oar_status oar_ps_check_descriptor(const char* op, const char* role, const oar_d
  * OAR_ERROR_INVALID_ARGUMENT naming op, attr and the range. */
 oar_status oar_ps_normalize_dim(const char* op, const char* attr, int64_t dim, int32_t ndim, int32_t* out);
 
+/* oar_ps_collapse_dims: fewer dims that walk num_tensors tensors of one shape
+ * in the same row-major order, in place over shape[0 .. ndim) and each
+ * tensor's strides[t][0 .. ndim) (any unit: elements or bytes; 0 for a
+ * broadcast dim). Dims of size 1 are dropped, and a dim merges into the kept
+ * dim before it when every tensor steps evenly across both
+ * (strides[t][before] == strides[t][d] * shape[d]). Returns the new ndim,
+ * at least 1: a shape with a 0 becomes {0}, a 0-d or all-ones one {1}, each
+ * with strides 0. Any ndim >= 0 (not bounded by OAR_PS_MAX_DIMS). */
+int32_t oar_ps_collapse_dims(int32_t ndim, int64_t* shape, int32_t num_tensors, int64_t* const* strides);
+
 /* oar_ps_format_shape: "[2, 3]" into text (cut to bytes, always terminated). */
 void oar_ps_format_shape(char* text, size_t bytes, int32_t ndim, const int64_t* shape);
 
@@ -252,7 +263,7 @@ oar_status oar_ps_pool2d_geometry(const char* op, int32_t ndim, const int64_t* s
                                   int32_t padding_count, const int64_t* padding, oar_ps_pool2d* g);
 
 /* ======================================================================== */
-/* 7. dtype promotion                                                        */
+/* 7. dtype promotion and the ops' dtype rules                               */
 /* ======================================================================== */
 
 /* oar_ps_promote_rank: dtype's place in the order of ops.yaml's "promote"
@@ -265,6 +276,58 @@ int oar_ps_promote_rank(oar_dl_data_type dtype);
  * tie), float32 for float16 with bfloat16. False (out untouched) if either
  * has no rank. */
 bool oar_ps_promote(oar_dl_data_type a, oar_dl_data_type b, oar_dl_data_type* out);
+
+/* What an input of an op is, for its dtype (ops.yaml's input role). */
+typedef enum oar_ps_input_role {
+  OAR_PS_ROLE_DATA,      /* one of the op's dtypes */
+  OAR_PS_ROLE_INDEX,     /* int32 or int64 */
+  OAR_PS_ROLE_CONDITION, /* bool */
+  OAR_PS_ROLE_QUANTIZED  /* int8 or uint8 low-bit codes */
+} oar_ps_input_role;
+
+/* How an op's output dtype follows from its data inputs (ops.yaml's out_dtype). */
+typedef enum oar_ps_out_rule {
+  OAR_PS_OUT_SAME,      /* "same": the first data input's; with no data input (creation
+                           ops), any of the op's dtypes */
+  OAR_PS_OUT_PROMOTE,   /* "promote": the data inputs promoted (oar_ps_promote) */
+  OAR_PS_OUT_FLOAT,     /* "float": promoted, float32 where that is integral or bool */
+  OAR_PS_OUT_FIXED,     /* a dtype name: that dtype, whatever the inputs */
+  OAR_PS_OUT_ATTR,      /* "attr": the op's dtype attribute, any dtype the plugin casts to */
+  OAR_PS_OUT_ACCUMULATE /* "accumulate": a floating first data input's dtype, int64 for an
+                           integer or bool one (int32 may also stay int32) */
+} oar_ps_out_rule;
+
+/* One op's dtype rule, as ops.yaml declares it. */
+typedef struct oar_ps_dtype_rule {
+  const uint8_t* input_roles; /* oar_ps_input_role of each input (at least num_inputs) */
+  bool promotes;              /* data inputs may differ and promote (elementwise binary and
+                                 ternary ops); otherwise they share the first one's dtype */
+  oar_ps_out_rule out;
+  oar_dl_data_type out_fixed; /* OAR_PS_OUT_FIXED's dtype; ignored by the other rules */
+} oar_ps_dtype_rule;
+
+/* A set of dtypes that is the plugin's to say (the op's dtypes it lists, those it
+   casts to): true for a member. context is the caller's, passed through. */
+typedef bool (*oar_ps_dtype_test)(const void* context, oar_dl_data_type dtype);
+
+/* oar_ps_dtypes_allowed: whether kernel_query's dtypes (num_inputs inputs, then
+ * num_outputs outputs) follow rule: an index, condition or quantized input has
+ * its role's dtype; a data input is listed and, unless rule->promotes, the first
+ * data input's dtype; each output is the one dtype rule->out gives for the data
+ * inputs, or, where it leaves the choice to the plugin, listed (same with no
+ * data input) or castable (attr). False for anything else: a rule that needs a
+ * data input and has none, a data dtype outside the promotion order, a NULL
+ * listed or castable the rule would ask. */
+bool oar_ps_dtypes_allowed(const oar_ps_dtype_rule* rule, const oar_dl_data_type* dtypes, uint32_t num_inputs,
+                           uint32_t num_outputs, oar_ps_dtype_test listed, oar_ps_dtype_test castable,
+                           const void* context);
+
+/* oar_ps_expected_out_dtype: the one output dtype rule->out gives for the data
+ * inputs among dtypes[0 .. num_inputs) into *out (for a message); false where
+ * it gives none (attr, same with no data input: the plugin's choice; a rule
+ * that needs a data input and has none; a dtype outside the promotion order). */
+bool oar_ps_expected_out_dtype(const oar_ps_dtype_rule* rule, const oar_dl_data_type* dtypes, uint32_t num_inputs,
+                               oar_dl_data_type* out);
 
 #ifdef __cplusplus
 } /* extern "C" */

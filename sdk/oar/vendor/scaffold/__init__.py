@@ -74,6 +74,10 @@ def _op_models(opset: oar_opset.OpSet) -> tuple[list[dict], list[str]]:
             "outputs": [o.name for o in op.outputs], "attrs": attrs, "dtypes": list(op.dtypes),
             "out_dtype": op.out_dtype,
             "out_dtype_note": _OUT_DTYPE_NOTES.get(op.out_dtype, ""),
+            "roles": [_ROLES[i.role] for i in op.inputs],
+            "promotes": op.kind in ("binary", "ternary"),
+            "out_rule": _OUT_RULES.get(op.out_dtype, "OAR_PS_OUT_FIXED"),
+            "out_fixed": _DL_DTYPES.get(op.out_dtype, "{0, 0, 0}"),
             "broadcast": op.broadcast,
             "example": example is not None,
             "has_check": op.name in EXAMPLE_CHECKS,
@@ -100,6 +104,15 @@ def _example_signature(op: oar_opset.Op) -> str:
     return " ".join(listed + [output] * len(op.outputs))
 
 
+# ops.yaml's dtype rule in the plugin support library's terms (oar/plugin_support.h group 7).
+_ROLES = {"data": "OAR_PS_ROLE_DATA", "index": "OAR_PS_ROLE_INDEX", "condition": "OAR_PS_ROLE_CONDITION",
+          "quantized": "OAR_PS_ROLE_QUANTIZED"}
+_OUT_RULES = {"same": "OAR_PS_OUT_SAME", "promote": "OAR_PS_OUT_PROMOTE", "float": "OAR_PS_OUT_FLOAT",
+              "accumulate": "OAR_PS_OUT_ACCUMULATE", "attr": "OAR_PS_OUT_ATTR"}  # a dtype name: fixed
+_DL_DTYPES = {"float32": "{OAR_DL_FLOAT, 32, 1}", "float64": "{OAR_DL_FLOAT, 64, 1}", "float16": "{OAR_DL_FLOAT, 16, 1}",
+              "bfloat16": "{OAR_DL_BFLOAT, 16, 1}", "int8": "{OAR_DL_INT, 8, 1}", "int16": "{OAR_DL_INT, 16, 1}",
+              "int32": "{OAR_DL_INT, 32, 1}", "int64": "{OAR_DL_INT, 64, 1}", "uint8": "{OAR_DL_UINT, 8, 1}",
+              "bool": "{OAR_DL_BOOL, 8, 1}"}
 _DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64", "bool")
 _FLOAT_NAMES = ("float32", "float64", "float16", "bfloat16")
 # ops.yaml's out_dtype rules whose name says too little for a stub's comment.
