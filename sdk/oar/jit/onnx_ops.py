@@ -51,9 +51,6 @@ REFUSED = {
     "expand": "view ops reach the exporter as strided operands; a launched expand has no mapping",
     "slice": "view ops reach the exporter as strided operands; a launched slice has no mapping",
     "split": "view ops reach the exporter as strided operands; a launched split has no mapping",
-    "weight_only_linear": ("packed low-bit weights dequantized inside the matmul have no ONNX node that "
-                           "oar.onnx and onnxruntime both run; export the float model (before "
-                           "quantize_weights) and quantize after loading"),
 }
 
 _UNARY = {"neg": "Neg", "abs": "Abs", "sign": "Sign", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
@@ -187,6 +184,28 @@ def _argmax(g, ins, attrs, dts, out):
     return [g.node("ArgMax", [x], axis=int(attrs["dim"]), keepdims=keep)]
 
 
+def _weight_only_linear(g, ins, attrs, dts, out):
+    """x @ W^T with W = (code - zeros) * scales per group of K, dequantized in the graph (ops.yaml's semantics)."""
+    x, qweight, scales, zeros = ins
+    bits, group = int(attrs["bits"]), int(attrs["group_size"])
+    if bits == 4:  # u = q + 128; code[2j] = (u & 15) - 8, code[2j+1] = (u >> 4) - 8
+        u = g.node("Add", [g.node("Cast", [qweight], to=TensorProto.INT32), g.const(np.array(128, np.int32))])
+        high = g.node("Div", [u, g.const(np.array(16, np.int32))])
+        low = g.node("Sub", [u, g.node("Mul", [high, g.const(np.array(16, np.int32))])])
+        eight = g.const(np.array(8, np.int32))
+        pairs = [g.node("Unsqueeze", [g.node("Sub", [v, eight]), g.int_tensor([-1])]) for v in (low, high)]
+        code = g.node("Reshape", [g.node("Concat", pairs, axis=-1), g.int_tensor([0, -1])])
+    elif bits == 8:
+        code = qweight
+    else:
+        raise ValueError(f"weight_only_linear: bits={bits} is not 4 or 8")
+    grouped = g.node("Reshape", [g.node("Cast", [code], to=ONNX_TYPE[out]), g.int_tensor([0, -1, group])])
+    per_group = [g.node("Unsqueeze", [_cast(g, v, d, out), g.int_tensor([-1])]) for v, d in ((zeros, dts[3]), (scales, dts[2]))]
+    weight = g.node("Mul", [g.node("Sub", [grouped, per_group[0]]), per_group[1]])
+    weight = g.node("Reshape", [weight, g.int_tensor([0, -1])])
+    return [g.node("MatMul", [x, g.node("Transpose", [weight], perm=[1, 0])])]
+
+
 MAPPED = {
     **{op: _unary(o) for op, o in _UNARY.items()},
     **{op: _arith(o) for op, o in _ARITH.items()},
@@ -223,6 +242,7 @@ MAPPED = {
     "index_select": lambda g, ins, a, d, o: [g.node("Gather", [ins[0], ins[1]], axis=int(a["dim"]))],
     "tril": _trilu(0),
     "triu": _trilu(1),
+    "weight_only_linear": _weight_only_linear,
     "concat": lambda g, ins, a, d, o: [g.node("Concat", list(ins), axis=int(a["dim"]))],
 }
 # Creation ops (full, arange) take their output shape from the launch: the exporter emits them itself.
