@@ -123,7 +123,7 @@ class Exporter:
                  dynamic: dict[int, dict[int, str]]):
         self.base, self.traces, self.largest = traces[0], traces, traces[-1]
         self.exprs = iter(exprs)
-        self.names = names  # storage address -> parameter/buffer name
+        self.names = names  # storage address -> (parameter/buffer name, tensor)
         dim_sources = {}
         for i, axes in dynamic.items():
             for axis, dim in axes.items():
@@ -136,6 +136,7 @@ class Exporter:
         self.const_slots = {s for s, kind in enumerate(self.base.slot_kinds)
                             if kind in ("external", "wrapped") and s not in written and s not in self.base.input_slots}
         self.const_names: dict = {}
+        self.param_names: dict[str, str] = {}  # parameter name -> its initializer
 
     def take(self, n: int) -> list[IntExpr]:
         return [next(self.exprs) for _ in range(n)]
@@ -157,13 +158,13 @@ class Exporter:
                                   f"made outside the forward) whose values change with the dynamic dims (sizes "
                                   f"{trace.sizes}) other than by growing: a static graph cannot hold it")
         big_t = r.tensors[-1]
-        key = (r.ref.slot, big_t.storage_offset(), big.shape, tuple(big_t.strides), big.dtype.str)
-        name = self.const_names.get(key)
+        name = self.param_view(big_t, big) if all(a.shape == big.shape for a in arrays) else None
         if name is None:
-            param = self.names.get(oar.capture.storage_address(big_t))
-            whole = param and big_t.storage_offset() == 0 and big_t.is_contiguous() and big.shape == tuple(big_t.shape)
-            label = param if whole and param not in self.const_names.values() else None
-            name = self.const_names[key] = self.g.const(big, label or self.g.fresh(f"{param or 'const'}.view"))
+            key = (r.ref.slot, big_t.storage_offset(), big.shape, tuple(big_t.strides), big.dtype.str)
+            name = self.const_names.get(key)
+            if name is None:
+                param = self.names.get(oar.capture.storage_address(big_t), (None,))[0]
+                name = self.const_names[key] = self.g.const(big, self.g.fresh(f"{param or 'const'}.view"))
         sliced = [k for k, e in enumerate(r.shape) if not e.is_const and big.shape[k] != 1]
         if sliced:
             for k in sliced:
@@ -174,6 +175,28 @@ class Exporter:
         if any(big.shape[k] == 1 and not (e.is_const and e.value == 1) for k, e in enumerate(r.shape)):
             name = self.g.node("Expand", [name, self.g.shape_tensor(r.shape)])
         return name
+
+    def param_view(self, view, compact: np.ndarray) -> str | None:
+        """A view that holds all of a parameter's (or buffer's) elements in some order (a transposed weight,
+        a broadcast bias), read from the parameter's own initializer; None for other views."""
+        param = self.names.get(oar.capture.storage_address(view))
+        if param is None or view.storage_offset() != 0:
+            return None
+        name, tensor = param
+        kept = sorted((k for k in range(compact.ndim) if compact.shape[k] > 1), key=lambda k: -view.strides[k])
+        expected = 1
+        for k in reversed(kept):
+            if view.strides[k] != expected:
+                return None
+            expected *= compact.shape[k]
+        if expected != tensor.numel() or not tensor.is_contiguous():
+            return None
+        if name not in self.param_names:
+            self.param_names[name] = self.g.const(tensor.numpy(), name)
+        value = self.g.node("Reshape", [self.param_names[name], self.g.int_tensor([compact.shape[k] for k in kept])])
+        if kept != sorted(kept):
+            value = self.g.node("Transpose", [value], perm=[kept.index(k) for k in sorted(kept)])
+        return self.g.node("Reshape", [value, self.g.int_tensor(list(compact.shape))])
 
     def read(self, r: _Ref, where: str) -> str:
         slot = r.ref.slot
@@ -358,7 +381,7 @@ def save(model, path, example_inputs, dynamic_dims=None, max_sizes=None) -> None
     names = {}
     for kind in ("named_parameters", "named_buffers"):
         for name, tensor in getattr(model, kind, lambda: [])():
-            names.setdefault(oar.capture.storage_address(tensor), name)
+            names.setdefault(oar.capture.storage_address(tensor), (name, tensor))
     exporter = Exporter([base, *varied.values(), check], exprs, names, input_names, dynamic)
     outputs = exporter.build([str(t.dtype) for t in examples])
     graph_inputs = []
