@@ -22,7 +22,8 @@ from onnx import helper, numpy_helper
 import oar
 from oar.jit import tracing
 from oar.jit.onnx_ops import CREATION, MAPPED, ONNX_TYPE, mapping_problem
-from oar.jit.tracing import ExportError, IntExpr, Traced, constant
+from oar.jit.errors import ExportError
+from oar.jit.tracing import IntExpr, Traced, constant
 
 OPSET = 18
 INLINE_LIMIT = 1 << 30  # initializers above 1 GiB in all go to one external data file beside the model

@@ -7,7 +7,7 @@ import os
 
 import oar
 from oar.jit.export import DIM_MAX_KEY
-from oar.jit.tracing import ExportError
+from oar.jit.errors import ExportError
 from oar.onnx import InferenceSession, OnnxInputError
 
 

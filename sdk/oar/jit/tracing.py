@@ -16,11 +16,8 @@ import numpy as np
 
 import oar
 from oar import capture
+from oar.jit.errors import ExportError
 from oar_codegen.trace import HOST_READ, Recorder
-
-
-class ExportError(ValueError):
-    """The model cannot be exported as asked; the message names the op, operand or input at fault."""
 
 
 class _OperandRecorder(Recorder):
