@@ -112,7 +112,8 @@ class _Ref:
     """An operand: its base-trace Ref, fitted offset/shape/strides, and its tensor in every trace."""
 
     def __init__(self, ref, offset, shape, strides, tensors):
-        self.ref, self.offset, self.shape, self.strides, self.tensors = ref, offset, tuple(shape), tuple(strides), tensors
+        self.ref, self.offset, self.tensors = ref, offset, tensors
+        self.shape, self.strides = tuple(shape), tuple(strides)
 
 
 def _numel(exprs, sizes) -> int:
@@ -236,7 +237,8 @@ class Exporter:
 
     # ------------------------------------------------------------ the graph
 
-    def build(self, input_dtypes: list[str]) -> tuple[list[str], list[tuple], onnx.GraphProto]:
+    def build(self) -> list[tuple]:
+        """Emit every launch; returns (name, dtype, shape exprs) of each model output."""
         base = self.base
         launch_refs = []
         for j, launch in enumerate(base.launches):
@@ -344,7 +346,8 @@ def _trial_sizes(examples, dynamic, max_sizes) -> tuple[dict, dict, dict]:
 
 def _forward_input_names(model, count: int) -> list[str]:
     try:
-        params = [p for p in inspect.signature(model.forward if hasattr(model, "forward") else model).parameters.values()
+        forward = model.forward if hasattr(model, "forward") else model
+        params = [p for p in inspect.signature(forward).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         names = [p.name for p in params[:count]]
     except (TypeError, ValueError):
@@ -384,7 +387,7 @@ def save(model, path, example_inputs, dynamic_dims=None, max_sizes=None) -> None
         for name, tensor in getattr(model, kind, lambda: [])():
             names.setdefault(oar.capture.storage_address(tensor), (name, tensor))
     exporter = Exporter([base, *varied.values(), check], exprs, names, input_names, dynamic)
-    outputs = exporter.build([str(t.dtype) for t in examples])
+    outputs = exporter.build()
     graph_inputs = []
     for i, t in enumerate(examples):
         dims = [dynamic.get(i, {}).get(a, int(n)) for a, n in enumerate(t.shape)]

@@ -200,7 +200,8 @@ def _weight_only_linear(g, ins, attrs, dts, out):
     else:
         raise ValueError(f"weight_only_linear: bits={bits} is not 4 or 8")
     grouped = g.node("Reshape", [g.node("Cast", [code], to=ONNX_TYPE[out]), g.int_tensor([0, -1, group])])
-    per_group = [g.node("Unsqueeze", [_cast(g, v, d, out), g.int_tensor([-1])]) for v, d in ((zeros, dts[3]), (scales, dts[2]))]
+    per_group = [g.node("Unsqueeze", [_cast(g, v, d, out), g.int_tensor([-1])])
+                 for v, d in ((zeros, dts[3]), (scales, dts[2]))]
     weight = g.node("Mul", [g.node("Sub", [grouped, per_group[0]]), per_group[1]])
     weight = g.node("Reshape", [weight, g.int_tensor([0, -1])])
     return [g.node("MatMul", [x, g.node("Transpose", [weight], perm=[1, 0])])]
