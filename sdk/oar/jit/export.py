@@ -205,7 +205,9 @@ class Exporter:
         if slot in self.const_slots:
             return self.read_const(r, where)
         if slot not in self.values:
-            raise ExportError(f"oar.jit.save: {where} reads storage {slot} before anything wrote it")
+            raise ExportError(f"oar.jit.save: {where} reads storage {slot} before the forward wrote it, and the "
+                              "forward also writes it (a buffer updated in place, as BatchNorm's running stats in "
+                              "training mode: call model.eval() before saving)")
         name, shape, flat = self.values[slot]
         offset0 = r.offset.is_const and r.offset.value == 0
         same_numel = all(_numel(shape, t.sizes) == _numel(r.shape, t.sizes) for t in self.traces)
@@ -325,7 +327,7 @@ def _parse_dynamic(dynamic_dims, examples, input_names) -> dict[int, dict[int, s
 
 
 def _trial_sizes(examples, dynamic, max_sizes) -> tuple[dict, dict, dict]:
-    """(base sizes, one other size per dim, the largest sizes, used to check the fits)."""
+    """(base sizes, one other size per dim, the largest sizes, used to check the fits): all >= 2."""
     base: dict[str, int] = {}
     for i, axes in dynamic.items():
         for axis, name in axes.items():
@@ -334,12 +336,13 @@ def _trial_sizes(examples, dynamic, max_sizes) -> tuple[dict, dict, dict]:
                 raise ExportError(f"oar.jit.save: dim {name!r} is {base[name]} in one example input and {size} in "
                                   f"input {i}: inputs that share a dynamic dim must agree on it")
     other, largest = {}, {}
-    for name, b in base.items():
+    for name, size in base.items():
+        b = base[name] = max(size, 2)  # at size 1 a dim's stride is arbitrary: trace from 2 up
         top = int(max_sizes.get(name, b + 2))
         alt = b + 1 if b + 1 < top else b - 1
-        if top <= b or alt < 1:
-            raise ExportError(f"oar.jit.save: dim {name!r} is traced at three sizes up to its maximum {top}; give an "
-                              f"example size below the maximum, >= 2 (it is {b})")
+        if top <= b or alt < 2:
+            raise ExportError(f"oar.jit.save: dim {name!r} is traced at three sizes >= 2 up to its maximum {top} "
+                              f"(max_sizes): the maximum must be at least 4 and above the example's {size}")
         other[name], largest[name] = alt, top
     return base, other, largest
 

@@ -69,9 +69,10 @@ def trace_once(model, examples: list, dynamic: dict[int, dict[int, str]], sizes:
     with oar.no_grad(), capture.observe(recorder):
         result = model(*arrays)
     outputs = result if isinstance(result, (tuple, list)) else (result,)
+    kinds = [type(t).__name__ for t in outputs]
     if not outputs or not all(isinstance(t, oar.Tensor) for t in outputs):
-        raise ExportError(f"oar.jit.save: the model returned {type(result).__name__}; it must return an "
-                          "oar.Tensor or a tuple of them")
+        raise ExportError(f"oar.jit.save: the model returned {type(result).__name__} {kinds}; it must return an "
+                          "oar.Tensor or a tuple of them (wrap the model to return its tensors only)")
     for launch in recorder.launches:
         if launch.op == HOST_READ:
             raise ExportError("oar.jit.save: the forward reads a tensor's value on the host (.item(), .numpy(), "
@@ -104,6 +105,11 @@ def trace_once(model, examples: list, dynamic: dict[int, dict[int, str]], sizes:
 
 # ---------------------------------------------------------------- the integers of a trace, fitted
 
+def _strides(shape, strides) -> list[int]:
+    """Strides with a size-1 dim's stride as 0: it never moves, and the runtime sets it freely."""
+    return [0 if n == 1 else s for n, s in zip(shape, strides)]
+
+
 def structure(t: Traced) -> tuple[list, list[int]]:
     """(what must be equal between traces, the integers that may vary) of one trace, in a fixed order."""
     keys, ints = [], []
@@ -112,10 +118,10 @@ def structure(t: Traced) -> tuple[list, list[int]]:
         keys.append((launch.op, sorted((k, str(v)) for k, v in launch.attrs.items()), launch.fresh,
                      [(r.slot, r.dtype, r.wrapped, len(r.shape)) for r in refs]))
         for r in refs:
-            ints += [r.offset, *r.shape, *r.strides]
+            ints += [r.offset, *r.shape, *_strides(r.shape, r.strides)]
     keys.append(("outputs", [(slot, dtype, len(shape)) for slot, _, shape, _, dtype in t.outputs]))
     for slot, offset, shape, strides, _ in t.outputs:
-        ints += [offset, *shape, *strides]
+        ints += [offset, *shape, *_strides(shape, strides)]
     keys.append(("slots", t.slot_kinds, sorted(t.input_slots.items())))
     ints += t.extents
     return keys, ints
