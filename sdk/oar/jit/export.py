@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 
 import oar
 from oar.jit import tracing
-from oar.jit.onnx_ops import CREATION, MAPPED, ONNX_TYPE, mapping_problem
+from oar.jit.onnx_ops import BROADCASTING, CREATION, MAPPED, ONNX_TYPE, mapping_problem
 from oar.jit.errors import ExportError
 from oar.jit.tracing import IntExpr, Traced, constant
 
@@ -139,6 +139,8 @@ class Exporter:
                             if kind in ("external", "wrapped") and s not in written and s not in self.base.input_slots}
         self.const_names: dict = {}
         self.param_names: dict[str, str] = {}  # parameter name -> its initializer
+        self.implicit_broadcast: set[int] = set()  # dims the op being read broadcasts itself
+        self.left_small = False
 
     def take(self, n: int) -> list[IntExpr]:
         return [next(self.exprs) for _ in range(n)]
@@ -174,9 +176,8 @@ class Exporter:
             name = self.g.node("Slice", [name, self.g.int_tensor([0] * len(sliced)),
                                          self.g.shape_tensor([r.shape[k] for k in sliced]),
                                          self.g.int_tensor(sliced)])
-        if any(big.shape[k] == 1 and not (e.is_const and e.value == 1) for k, e in enumerate(r.shape)):
-            name = self.g.node("Expand", [name, self.g.shape_tensor(r.shape)])
-        return name
+        return self.broadcast(name, r, [k for k, e in enumerate(r.shape)
+                                        if big.shape[k] == 1 and not (e.is_const and e.value == 1)])
 
     def param_view(self, view, compact: np.ndarray) -> str | None:
         """A view that holds all of a parameter's (or buffer's) elements in some order (a transposed weight,
@@ -200,6 +201,32 @@ class Exporter:
             value = self.g.node("Transpose", [value], perm=[kept.index(k) for k in sorted(kept)])
         return self.g.node("Reshape", [value, self.g.int_tensor(list(compact.shape))])
 
+    def broadcast(self, name: str, r: _Ref, size_one_dims: list[int]) -> str:
+        """``name`` (size 1 on ``size_one_dims``) expanded to the operand's shape, unless the op broadcasts
+        those dims itself (``self.implicit_broadcast``): then it stays small and ``self.left_small`` says so."""
+        if not size_one_dims:
+            return name
+        if set(size_one_dims) <= self.implicit_broadcast:
+            self.left_small = True
+            return name
+        return self.g.node("Expand", [name, self.g.shape_tensor(r.shape)])
+
+    def read_operands(self, op: str, operands: list[_Ref], where: str) -> list[str]:
+        """The launch's operands; where the ONNX op broadcasts as numpy does, broadcast operands stay
+        small (a weight read by a batched MatMul is not copied per batch) while one operand is full size."""
+        names, small = [], []
+        for k, r in enumerate(operands):
+            ndim = len(r.shape)
+            self.implicit_broadcast = set(range(ndim - 2) if op in ("matmul", "bmm") else
+                                          range(ndim) if op in BROADCASTING else ())
+            self.left_small = False
+            names.append(self.read(r, f"{where} operand {k}"))
+            small.append(self.left_small)
+        self.implicit_broadcast = set()
+        if names and all(small):
+            names[0] = self.g.node("Expand", [names[0], self.g.shape_tensor(operands[0].shape)])
+        return names
+
     def read(self, r: _Ref, where: str) -> str:
         slot = r.ref.slot
         if slot in self.const_slots:
@@ -215,8 +242,38 @@ class Exporter:
             if not flat and shape == r.shape:
                 return name
             return self.g.node("Reshape", [name, self.g.shape_tensor(r.shape)])
+        kept = self.dense_order(r, shape) if offset0 else None
+        if kept is not None:  # a permutation (and broadcast) of the whole storage: no index arithmetic
+            value = self.g.node("Reshape", [name, self.g.shape_tensor([r.shape[k] for k in kept])])
+            if kept != sorted(kept):
+                value = self.g.node("Transpose", [value], perm=[kept.index(k) for k in sorted(kept)])
+            if len(kept) != len(r.shape):
+                value = self.g.node("Reshape", [value, self.g.shape_tensor(
+                    [e if k in kept else constant(1) for k, e in enumerate(r.shape)])])
+            return self.broadcast(value, r, [k for k, e in enumerate(r.shape)
+                                             if k not in kept and not (e.is_const and e.value == 1)])
         flat_name = name if flat else self.g.node("Reshape", [name, self.g.int_tensor([-1])])
         return self.g.node("Gather", [flat_name, self.g.indices(r.offset, r.shape, r.strides)], axis=0)
+
+    def dense_order(self, r: _Ref, storage_shape) -> list[int] | None:
+        """The dims of a view in storage order when, in every trace, the view's moving dims (size > 1,
+        stride != 0) lay out the whole storage row-major; None otherwise."""
+        order = None
+        for t in self.traces:
+            sizes = [e(t.sizes) for e in r.shape]
+            strides = [e(t.sizes) for e in r.strides]
+            kept = sorted((k for k in range(len(sizes)) if sizes[k] > 1 and strides[k] != 0),
+                          key=lambda k: -strides[k])
+            if order is not None and kept != order:
+                return None
+            order, expected = kept, 1
+            for k in reversed(kept):
+                if strides[k] != expected:
+                    return None
+                expected *= sizes[k]
+            if expected != _numel(storage_shape, t.sizes):
+                return None
+        return order
 
     def write(self, r: _Ref, value: str, fresh: bool, extent: IntExpr) -> None:
         slot = r.ref.slot
@@ -265,7 +322,7 @@ class Exporter:
             if launch.op in CREATION:
                 results = [self.creation(launch, outs[0])]
             else:
-                ins = [self.read(r, f"{where} operand {k}") for k, r in enumerate(operands)]
+                ins = self.read_operands(launch.op, operands, where)
                 results = MAPPED[launch.op](self.g, ins, launch.attrs, [r.ref.dtype for r in operands], out_dtype)
             for r, value in zip(outs, results):
                 self.write(r, value, launch.fresh, extents[r.ref.slot])

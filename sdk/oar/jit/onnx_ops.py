@@ -246,6 +246,8 @@ MAPPED = {
     "weight_only_linear": _weight_only_linear,
     "concat": lambda g, ins, a, d, o: [g.node("Concat", list(ins), axis=int(a["dim"]))],
 }
+# Ops whose ONNX nodes broadcast their operands as numpy does (all operands of the same rank here).
+BROADCASTING = frozenset({*_ARITH, *_COMPARE, "ne", "logical_and", "logical_or", "where"})
 # Creation ops (full, arange) take their output shape from the launch: the exporter emits them itself.
 CREATION = ("full", "arange")
 
