@@ -243,17 +243,57 @@ class Exporter:
                 return name
             return self.g.node("Reshape", [name, self.g.shape_tensor(r.shape)])
         kept = self.dense_order(r, shape) if offset0 else None
+        if kept is None:
+            plan = self.slice_plan(r, shape)
+            if plan is not None:  # a block of a permutation of the storage: Reshape, Slice, Transpose
+                kept, dims, starts, ends = plan
+                value = self.g.node("Slice", [self.g.node("Reshape", [name, self.g.shape_tensor(dims)]),
+                                              self.g.shape_tensor(starts), self.g.shape_tensor(ends),
+                                              self.g.int_tensor(range(len(kept)))])
+                return self.permuted(value, r, kept)
         if kept is not None:  # a permutation (and broadcast) of the whole storage: no index arithmetic
-            value = self.g.node("Reshape", [name, self.g.shape_tensor([r.shape[k] for k in kept])])
-            if kept != sorted(kept):
-                value = self.g.node("Transpose", [value], perm=[kept.index(k) for k in sorted(kept)])
-            if len(kept) != len(r.shape):
-                value = self.g.node("Reshape", [value, self.g.shape_tensor(
-                    [e if k in kept else constant(1) for k, e in enumerate(r.shape)])])
-            return self.broadcast(value, r, [k for k, e in enumerate(r.shape)
-                                             if k not in kept and not (e.is_const and e.value == 1)])
+            return self.permuted(self.g.node("Reshape", [name, self.g.shape_tensor([r.shape[k] for k in kept])]),
+                                 r, kept)
         flat_name = name if flat else self.g.node("Reshape", [name, self.g.int_tensor([-1])])
         return self.g.node("Gather", [flat_name, self.g.indices(r.offset, r.shape, r.strides)], axis=0)
+
+    def permuted(self, value: str, r: _Ref, kept: list[int]) -> str:
+        """``value``, holding the view's moving dims ``kept`` in storage order, in the view's order and shape."""
+        if kept != sorted(kept):
+            value = self.g.node("Transpose", [value], perm=[kept.index(k) for k in sorted(kept)])
+        if len(kept) != len(r.shape):
+            value = self.g.node("Reshape", [value, self.g.shape_tensor(
+                [e if k in kept else constant(1) for k, e in enumerate(r.shape)])])
+        return self.broadcast(value, r, [k for k, e in enumerate(r.shape)
+                                         if k not in kept and not (e.is_const and e.value == 1)])
+
+    def slice_plan(self, r: _Ref, storage_shape):
+        """(moving dims in storage order, the storage's shape as those dims see it, slice starts, ends) when,
+        in every trace, the view is a block of its storage reshaped so (innermost stride 1); None otherwise."""
+        order, columns = None, []
+        for t in self.traces:
+            sizes = [e(t.sizes) for e in r.shape]
+            strides = [e(t.sizes) for e in r.strides]
+            offset, total = r.offset(t.sizes), _numel(storage_shape, t.sizes)
+            kept = sorted((k for k in range(len(sizes)) if sizes[k] > 1 and strides[k] != 0),
+                          key=lambda k: -strides[k])
+            if not kept or (order is not None and kept != order) or strides[kept[-1]] != 1:
+                return None
+            order = kept
+            s = [strides[k] for k in kept]
+            if total % s[0] or any(s[i - 1] % s[i] for i in range(1, len(s))):
+                return None
+            dims = [total // s[0]] + [s[i - 1] // s[i] for i in range(1, len(s))]
+            starts = [offset // s[0]] + [(offset // s[i]) % dims[i] for i in range(1, len(s))]
+            ends = [c + sizes[k] for c, k in zip(starts, kept)]
+            if sum(c * st for c, st in zip(starts, s)) != offset or any(e > d for e, d in zip(ends, dims)):
+                return None
+            columns.append(dims + starts + ends)
+        exprs = [tracing.fit_value(list(column), self.traces) for column in zip(*columns)]
+        if any(e is None for e in exprs):
+            return None
+        m = len(order)
+        return order, exprs[:m], exprs[m:2 * m], exprs[2 * m:]
 
     def dense_order(self, r: _Ref, storage_shape) -> list[int] | None:
         """The dims of a view in storage order when, in every trace, the view's moving dims (size > 1,

@@ -155,36 +155,45 @@ def constant(value: int) -> IntExpr:
     return IntExpr(int(value), ())
 
 
+def fit_value(values: list[int], traces: list[Traced]) -> IntExpr | None:
+    """The IntExpr through ``values`` (one per trace: base, one per varied dim in order, the check), or
+    None when no product/power or affine function of the dims fits them all."""
+    base, check = traces[0], traces[-1]
+    v0, check_value = values[0], values[-1]
+    varied = {name: (t, v) for t, v in zip(traces[1:-1], values[1:-1])
+              for name in t.sizes if t.sizes[name] != base.sizes[name]}
+    moved = [name for name, (_, v) in varied.items() if v != v0]
+    expr = None
+    if not moved:
+        expr = constant(v0)
+    else:
+        b = {n: base.sizes[n] for n in moved}
+        alt = {n: varied[n][0].sizes[n] for n in moved}
+        powers = {}
+        for n in moved:  # v0 * (alt / base) ** e == v: the dim's power in a product such as heads * seq**2
+            powers[n] = next((e for e in (1, 2, 3) if varied[n][1] * b[n] ** e == v0 * alt[n] ** e), None)
+        denom = int(np.prod([b[n] ** (powers[n] or 0) for n in moved]))
+        if all(powers.values()) and v0 % denom == 0:
+            expr = IntExpr(v0 // denom, tuple(sorted(n for n in moved for _ in range(powers[n]))))
+        elif len(moved) == 1:
+            n = moved[0]
+            slope, rest = divmod(varied[n][1] - v0, alt[n] - b[n])
+            if rest == 0:
+                expr = IntExpr(slope, (n,), v0 - slope * b[n])
+    return expr if expr is not None and expr(check.sizes) == check_value else None
+
+
 def fit_ints(base: Traced, varied: dict[str, Traced], check: Traced, where) -> list[IntExpr]:
     """Fit each integer of ``base`` over the traces with one dim changed each; verify on ``check``."""
-    _, ints0 = structure(base)
-    per_dim = {name: structure(t)[1] for name, t in varied.items()}
-    _, check_ints = structure(check)
+    traces = [base, *varied.values(), check]
+    all_ints = [structure(t)[1] for t in traces]
     exprs = []
-    for j, v0 in enumerate(ints0):
-        moved = [name for name, ints in per_dim.items() if ints[j] != v0]
-        expr = None
-        if not moved:
-            expr = constant(v0)
-        else:
-            b = {name: base.sizes[name] for name in moved}
-            alt = {name: varied[name].sizes[name] for name in moved}
-            powers = {}
-            for n in moved:  # v0 * (alt / base) ** e == v: the dim's power in a product such as heads * seq**2
-                powers[n] = next((e for e in (1, 2, 3) if per_dim[n][j] * b[n] ** e == v0 * alt[n] ** e), None)
-            denom = int(np.prod([b[n] ** (powers[n] or 0) for n in moved]))
-            if all(powers.values()) and v0 % denom == 0:
-                expr = IntExpr(v0 // denom, tuple(sorted(n for n in moved for _ in range(powers[n]))))
-            elif len(moved) == 1:
-                n = moved[0]
-                slope, rest = divmod(per_dim[n][j] - v0, alt[n] - b[n])
-                if rest == 0:
-                    expr = IntExpr(slope, (n,), v0 - slope * b[n])
-        if expr is None or expr(check.sizes) != check_ints[j]:
+    for j in range(len(all_ints[0])):
+        expr = fit_value([ints[j] for ints in all_ints], traces)
+        if expr is None:
             raise ExportError(f"oar.jit.save: {where(j)} varies with the dynamic dims as no product or affine "
-                              f"function of them does (sizes {base.sizes} -> {ints0[j]}, "
-                              f"{[(t.sizes, per_dim[n][j]) for n, t in varied.items()]}, "
-                              f"{check.sizes} -> {check_ints[j]}): the graph's shape arithmetic is not static")
+                              f"function of them does ({[(t.sizes, ints[j]) for t, ints in zip(traces, all_ints)]})"
+                              ": the graph's shape arithmetic is not static")
         exprs.append(expr)
     return exprs
 
