@@ -108,6 +108,25 @@ def test_quantized_llama(private_kernel_cache, tmp_path, bits, rotate):
     assert int8, "the low-bit codes are stored as int8, not dequantized to float"
 
 
+class Views(nn.Module):
+    """Operands as every kind of view: a strided step (Gather), a transpose (Transpose), a block (Slice),
+    and a concat into a preallocated storage (ScatterElements)."""
+
+    def forward(self, x):
+        every_other = oar.slice(x, dim=1, start=0, stop=int(x.shape[1]), step=2)
+        block = oar.slice(x, dim=1, start=1, stop=3)
+        joined = oar.concat([oar.neg(every_other), oar.exp(block)], dim=1)
+        return oar.matmul(oar.transpose(joined, 0, 1), x)
+
+
+def test_views_dynamic_batch(private_kernel_cache, tmp_path):
+    example = oar.tensor(np.random.default_rng(5).standard_normal((3, 6)).astype(np.float32))
+    export_and_compare(Views(), example, tmp_path / "views.onnx", {0: {0: "batch"}}, [(3, 6), (8, 6)],
+                       compile=False)
+    ops = {node.op_type for node in onnx.load(tmp_path / "views.onnx").graph.node}
+    assert {"Gather", "Transpose", "Slice", "ScatterElements"} <= ops, ops
+
+
 class Sorting(nn.Module):
     def forward(self, x):
         return oar.argsort(x, dim=-1)
