@@ -127,6 +127,31 @@ def test_views_dynamic_batch(private_kernel_cache, tmp_path):
     assert {"Gather", "Transpose", "Slice", "ScatterElements"} <= ops, ops
 
 
+class TwoInTwoOut(nn.Module):
+    def forward(self, x, mask):
+        scores = oar.matmul(x, oar.transpose(x, 0, 1))
+        return oar.where(mask, scores, 0.0), oar.sum(x, dim=[1])
+
+
+def test_two_inputs_sharing_a_dim_and_two_outputs(private_kernel_cache, tmp_path):
+    rng = np.random.default_rng(6)
+    path = tmp_path / "two.onnx"
+    x = oar.tensor(rng.standard_normal((3, 4)).astype(np.float32))
+    mask = oar.tensor(rng.random((3, 3)) > 0.5)
+    oar.jit.save(TwoInTwoOut(), path, (x, mask), dynamic_dims={"x": {0: "n"}, "mask": {0: "n", 1: "n"}})
+    module = oar.jit.load(path, device=str(x.device), compile=False)
+    assert module.input_names == ["x", "mask"]
+    for n in (3, 6):
+        xn, mn = resized(x.numpy(), (n, 4)), oar.tensor(rng.random((n, n)) > 0.5)
+        want = [t.numpy() for t in TwoInTwoOut()(xn, mn)]
+        got = module(xn, mn)
+        assert isinstance(got, tuple) and len(got) == 2
+        for g, w in zip(got, want):
+            assert relative_error(g.numpy(), w) < RTOL
+    with pytest.raises(OnnxInputError, match="'n'"):
+        module(resized(x.numpy(), (4, 4)), oar.tensor(np.ones((5, 5), bool)))
+
+
 class Sorting(nn.Module):
     def forward(self, x):
         return oar.argsort(x, dim=-1)
