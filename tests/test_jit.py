@@ -110,12 +110,13 @@ def test_quantized_llama(private_kernel_cache, tmp_path, bits, rotate):
 
 class Views(nn.Module):
     """Operands as every kind of view: a strided step (Gather), a transpose (Transpose), a block (Slice),
-    and a concat into a preallocated storage (ScatterElements)."""
+    a concat into a new storage (Concat) and a write into part of a computed tensor (ScatterElements)."""
 
     def forward(self, x):
         every_other = oar.slice(x, dim=1, start=0, stop=int(x.shape[1]), step=2)
         block = oar.slice(x, dim=1, start=1, stop=3)
         joined = oar.concat([oar.neg(every_other), oar.exp(block)], dim=1)
+        joined[:, 1] = 5.0
         return oar.matmul(oar.transpose(joined, 0, 1), x)
 
 
@@ -124,7 +125,7 @@ def test_views_dynamic_batch(private_kernel_cache, tmp_path):
     export_and_compare(Views(), example, tmp_path / "views.onnx", {0: {0: "batch"}}, [(3, 6), (8, 6)],
                        compile=False)
     ops = {node.op_type for node in onnx.load(tmp_path / "views.onnx").graph.node}
-    assert {"Gather", "Transpose", "Slice", "ScatterElements"} <= ops, ops
+    assert {"Gather", "Transpose", "Slice", "Concat", "ScatterElements"} <= ops, ops
 
 
 class TwoInTwoOut(nn.Module):

@@ -140,6 +140,7 @@ class Exporter:
         self.const_names: dict = {}
         self.param_names: dict[str, str] = {}  # parameter name -> its initializer
         self.implicit_broadcast: set[int] = set()  # dims the op being read broadcasts itself
+        self.pending: dict[int, tuple] = {}  # slot -> (extent, [(ref, value)]): writes held back
         self.left_small = False
 
     def take(self, n: int) -> list[IntExpr]:
@@ -231,6 +232,8 @@ class Exporter:
         slot = r.ref.slot
         if slot in self.const_slots:
             return self.read_const(r, where)
+        if slot in self.pending:
+            self.settle(slot)
         if slot not in self.values:
             raise ExportError(f"oar.jit.save: {where} reads storage {slot} before the forward wrote it, and the "
                               "forward also writes it (a buffer updated in place, as BatchNorm's running stats in "
@@ -318,9 +321,61 @@ class Exporter:
     def write(self, r: _Ref, value: str, fresh: bool, extent: IntExpr) -> None:
         slot = r.ref.slot
         offset0 = r.offset.is_const and r.offset.value == 0
-        if fresh and slot not in self.values and offset0 and r.ref.dense:
+        if fresh and slot not in self.values and slot not in self.pending and offset0 and r.ref.dense:
             self.values[slot] = (value, r.shape, False)
             return
+        if slot not in self.values:  # writes into a new storage wait: blocks that tile it become a Concat
+            self.pending.setdefault(slot, (extent, []))[1].append((r, value))
+            return
+        self.scatter(r, value, extent)
+
+    def settle(self, slot: int) -> None:
+        """Give a storage whose writes were held back its value: a Concat of the blocks when they tile it
+        along one axis of its reshaped layout, else ScatterElements of each write into zeros."""
+        extent, writes = self.pending.pop(slot)
+        plans = [self.slice_plan(r, (extent,)) for r, _ in writes]
+        joined = self.concat_axis(plans)
+        if joined is None:
+            for r, value in writes:
+                self.scatter(r, value, extent)
+            return
+        parts = []
+        for (r, value), (kept, *_rest) in zip(writes, plans):
+            part = self.g.node("Reshape", [value, self.g.shape_tensor([r.shape[k] for k in sorted(kept)])])
+            if kept != sorted(kept):
+                part = self.g.node("Transpose", [part], perm=[sorted(kept).index(k) for k in kept])
+            parts.append(part)
+        value = parts[0] if len(parts) == 1 else self.g.node("Concat", parts, axis=joined)
+        self.values[slot] = (value, tuple(plans[0][1]), False)
+
+    def concat_axis(self, plans) -> int | None:
+        """The axis along which the planned blocks, in order, tile their storage in every trace; None if
+        they do not (other axes whole, each block starting where the last ended)."""
+        if not plans or any(p is None for p in plans):
+            return None
+        kept0, dims0 = plans[0][0], plans[0][1]
+        if any(p[0] != kept0 or p[1] != dims0 for p in plans):
+            return None
+        axis = None
+        for t in self.traces:
+            dims = [d(t.sizes) for d in dims0]
+            blocks = [([e(t.sizes) for e in p[2]], [e(t.sizes) for e in p[3]]) for p in plans]
+            moving = [a for a in range(len(dims)) if any(st[a] != 0 or en[a] != dims[a] for st, en in blocks)]
+            if len(moving) > 1 or (axis is not None and moving and moving[0] != axis):
+                return None
+            a = moving[0] if moving else 0
+            axis = a if axis is None else axis
+            position = 0
+            for st, en in blocks:
+                if st[a] != position:
+                    return None
+                position = en[a]
+            if position != dims[a]:
+                return None
+        return axis
+
+    def scatter(self, r: _Ref, value: str, extent: IntExpr) -> None:
+        slot = r.ref.slot
         if slot in self.values:
             name, shape, flat = self.values[slot]
             flat_name = name if flat else self.g.node("Reshape", [name, self.g.int_tensor([-1])])
