@@ -231,3 +231,14 @@ def test_corrupt_or_missing_file(private_kernel_cache, tmp_path):
         oar.jit.load(path, device=str(oar.get_device()))
     with pytest.raises(OnnxModelError, match="no such model file"):
         oar.jit.load(tmp_path / "absent.onnx", device=str(oar.get_device()))
+
+
+def test_large_weights_go_to_one_external_data_file(private_kernel_cache, tmp_path, monkeypatch):
+    import oar.jit.export
+    from oar.models import MLP
+    monkeypatch.setattr(oar.jit.export, "INLINE_LIMIT", 10_000)  # as if the model were above 1 GiB
+    model = MLP().eval()
+    example = oar.tensor(np.random.default_rng(7).standard_normal((2, 64)).astype(np.float32))
+    export_and_compare(model, example, tmp_path / "big.onnx", {0: {0: "batch"}}, [(2, 64), (5, 64)], compile=False)
+    assert sorted(os.listdir(tmp_path)) == ["big.onnx", "big.onnx.data"]
+    assert os.path.getsize(tmp_path / "big.onnx.data") > os.path.getsize(tmp_path / "big.onnx")
