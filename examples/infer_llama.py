@@ -1,5 +1,6 @@
-"""Inference on the Llama-style demo model: export it as a servable model file,
-quantize it to int4 (Hadamard-rotated), and generate with the KV cache.
+"""Inference on the Llama-style demo model: export it as ONNX (oar.jit) and check the loaded graph
+against eager, save it as a servable model file, quantize it to int4 (Hadamard-rotated), and
+generate with the KV cache.
 
     python examples/train_llama.py --device npu --checkpoint build/demo/llama.safetensors
     python examples/infer_llama.py --device npu --checkpoint build/demo/llama.safetensors
@@ -53,6 +54,19 @@ def main(device_spec, checkpoint, seq_len, d_model, layers, heads, tokens, promp
         path = os.path.join(tmp, "llama-int4.safetensors")
         float_loss = val_loss(model.eval())
         float_tokens = model.generate(data.encode(prompt), tokens, temperature=0.7, seed=0)
+        # export: the float model as ONNX, run without its Python code, checked against eager
+        exported = os.path.join(tmp, "llama.onnx")
+        prompt_ids = oar.tensor(np.asarray([data.encode(prompt)], dtype=np.int64), device=dev)
+        oar.jit.save(model, exported, (prompt_ids,), dynamic_dims={"tokens": {0: "batch", 1: "seq"}},
+                     max_sizes={"seq": seq_len})
+        with oar.no_grad():
+            eager_logits = model(prompt_ids).numpy()
+        loaded_logits = oar.jit.load(exported, device=dev)(prompt_ids).numpy()
+        export_error = float(np.abs(loaded_logits - eager_logits).max() / np.abs(eager_logits).max())
+        print(f"exported {os.path.getsize(exported) / 1e6:.2f} MB ONNX; oar.jit.load logits vs eager: "
+              f"max relative error {export_error:.1e}")
+        if not export_error < 1e-5:
+            failures.append("exported model's logits within 1e-5 relative of eager")
         quantization.quantize_weights(model, bits=4, group_size=64, rotate="hadamard")
         serve.save_model(model, path)  # what `oar serve PATH` loads
         served = serve.load_model(path, device=dev)

@@ -18,7 +18,7 @@ from oar_conformance.tolerances import CONTRACT
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", "docs/index.md", "docs/user/index.md", "docs/vendor/quickstart.md", "docs/compiler.md",
-         "docs/user/onnx.md"]
+         "docs/user/onnx.md", "docs/user/jit.md"]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 

@@ -140,5 +140,7 @@ from oar import distributed  # noqa: E402
 
 __all__ += ["distributed"]
 
+from oar import jit  # noqa: E402,F401  -- oar.jit.save/load; onnx loads on first use
+
 # Plugins finalize before the interpreter goes away (atexit runs after non-daemon threads end).
 _atexit.register(_C._shutdown)
