@@ -74,8 +74,7 @@ class CollectivesSession:
         self.config = config
         self.nranks = int(config.get("nranks") or DEFAULT_NRANKS)
         self.group: RankGroup | None = None
-        runner_timeout = float(config.get("timeout_s") or 120.0)
-        self.case_timeout_s = max(1.0, min(CASE_TIMEOUT_S, runner_timeout - RUNNER_MARGIN_S))
+        self.runner_timeout_s = float(config.get("timeout_s") or 120.0)
 
     def context(self, test) -> "CollectivesContext":
         raw_context = self.raw.context(test)  # opens the plugin once, checks what the test needs
@@ -123,6 +122,13 @@ class CollectivesContext:
         self.nranks = session.nranks
         self.details: dict = {"nranks": session.nranks}
         self._groups: list[RankGroup] = []
+        self.started = time.monotonic()
+
+    def case_timeout_s(self) -> float:
+        """What is left of the runner's per-test deadline, less a margin (starting ranks may have used part
+        of it on a busy machine), so a hung rank fails as "timed out" from here, not by the runner's kill."""
+        left = self.session.runner_timeout_s - RUNNER_MARGIN_S - (time.monotonic() - self.started)
+        return max(1.0, min(CASE_TIMEOUT_S, left))
 
     def own_group(self, ranks: list[int]) -> RankGroup:
         """Ranks of a communicator of nranks for this test alone (killed when it ends)."""
@@ -156,7 +162,7 @@ def run_case(ctx: CollectivesContext, case: Case) -> dict[int, dict]:
     group = session.ranks()
     try:
         group.send({"op": "case", "case": case.to_json()})
-        answers = group.collect(("case_done",), session.case_timeout_s, case.id)
+        answers = group.collect(("case_done",), ctx.case_timeout_s(), case.id)
     except RankTrouble as trouble:
         session.discard_ranks()
         raise Failure(str(trouble)) from None
