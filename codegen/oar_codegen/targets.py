@@ -62,9 +62,39 @@ def host_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
     return min(_work_units(model), by_size, 256), 1
 
 
+# Rows shorter than this keep one thread per row: a work-group's barriers would cost more than they share.
+GROUP_MIN_COLUMNS = 64
+# Threads per work-group for a row, at most; below the device's limit, enough for loads to coalesce.
+GROUP_MAX_THREADS = 256
+# When the device does not report max_threads_per_block: a size every OpenCL/CUDA device allows.
+GROUP_FALLBACK_THREADS = 128
+
+
+def row_group_size(model: KernelModel, properties: dict) -> int:
+    """Threads of one work-group that share a row (a power of two), or 1 for one thread per row:
+    row kernels of one stage whose rows are long enough. Capped by the device's
+    max_threads_per_block and by the row's length."""
+    if model.kind != "row" or model.stages != [""] or model.colsums or model.prologue:
+        return 1
+    if model.cols < GROUP_MIN_COLUMNS:
+        return 1
+    try:
+        limit = int(properties.get("max_threads_per_block") or GROUP_FALLBACK_THREADS)
+    except (TypeError, ValueError):
+        limit = GROUP_FALLBACK_THREADS
+    wanted = min(limit, GROUP_MAX_THREADS, model.cols)
+    return 1 << (max(wanted, 1).bit_length() - 1)
+
+
 def gpu_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
-    """GPU: one thread per element (flat kernels, up to 4 Mi threads), per column (col) or per
-    row (row); blocks of 128 threads."""
+    """GPU: a work-group per row for row kernels with long rows (row_group_size; it sets
+    model.group_size), else one thread per element (flat kernels, up to 4 Mi threads), per column
+    (col) or per row (row) in blocks of 128 threads."""
+    group = row_group_size(model, properties)
+    if group > 1:
+        model.group_size = group
+        return min(model.rows, 1 << 20), group
+    model.group_size = 1
     if model.kind == "flat":
         threads = min(model.cols, 1 << 22)
     else:
