@@ -70,11 +70,26 @@ GROUP_MAX_THREADS = 256
 GROUP_FALLBACK_THREADS = 128
 
 
+# CPU OpenCL devices (PoCL, Intel's and AMD's CPU runtimes) report the CPUID vendor string or a
+# PoCL CPU driver's name prefix; the runtime exposes no CL_DEVICE_TYPE.
+_CPU_VENDORS = ("GenuineIntel", "AuthenticAMD", "HygonGenuine", "CentaurHauls")
+_CPU_NAME_PREFIXES = ("pthread-", "cpu-", "basic-", "tbb-")
+
+
+def is_cpu_device(properties: dict) -> bool:
+    """Whether an OpenCL/CUDA-language device is a CPU: there a work-group's barriers are loops
+    over its work-items (PoCL measured 4x slower with a work-group per row), so one thread per row wins."""
+    return (str(properties.get("vendor", "")) in _CPU_VENDORS
+            or str(properties.get("name", "")).startswith(_CPU_NAME_PREFIXES))
+
+
 def row_group_size(model: KernelModel, properties: dict) -> int:
     """Threads of one work-group that share a row (a power of two), or 1 for one thread per row:
-    row kernels of one stage whose rows are long enough. Capped by the device's
-    max_threads_per_block and by the row's length."""
+    row kernels of one stage whose rows are long enough, on devices that are not CPUs. Capped by
+    the device's max_threads_per_block and by the row's length."""
     if model.kind != "row" or model.stages != [""] or model.colsums or model.prologue:
+        return 1
+    if is_cpu_device(properties):
         return 1
     if model.cols < GROUP_MIN_COLUMNS:
         return 1
