@@ -68,3 +68,24 @@ def test_work_group_row_kernels_match_numpy_on_opencl(tmp_path):
     if result.stdout.startswith("SKIP"):
         pytest.skip(result.stdout[5:].strip())
     assert result.stdout.startswith("OK"), result.stdout + result.stderr
+
+
+def test_row_group_size_follows_the_device_and_the_row():
+    from oar_codegen.render import KernelModel
+    from oar_codegen.targets import gpu_geometry, row_group_size
+
+    def row(cols, rows=10):
+        return KernelModel("k", "row", rows, cols, [{"index": 0, "ctype": "float"}], [], [], [])
+
+    gpu = {"name": "NVIDIA H100", "vendor": "NVIDIA Corporation", "max_threads_per_block": 1024}
+    assert row_group_size(row(4096), gpu) == 256
+    assert row_group_size(row(100), gpu) == 64                      # a power of two within the row
+    assert row_group_size(row(63), gpu) == 1                        # short rows: one thread per row
+    assert row_group_size(row(4096), dict(gpu, max_threads_per_block=96)) == 64
+    assert row_group_size(row(4096), {"name": "some GPU"}) == 128   # no limit reported: the fallback
+    pocl = {"name": "pthread-skylake-avx512", "vendor": "GenuineIntel", "max_threads_per_block": 4096}
+    assert row_group_size(row(4096), pocl) == 1
+    model = row(4096, rows=3)
+    assert gpu_geometry(model, gpu) == (3, 256) and model.group_size == 256
+    model = row(4096, rows=300)
+    assert gpu_geometry(model, pocl) == (3, 128) and model.group_size == 1

@@ -68,6 +68,8 @@ class KernelModel:
     # row kernels on GPU targets: threads of one work-group (block) that share a row, a power of two
     # (the launch geometry sets it; 1: one thread per row)
     group_size: int = 1
+    # float lanes a thread's row reductions keep (one vector register's worth): 16 on AVX-512 hosts
+    lanes: int = 8
     prologue: list[str] = field(default_factory=list)   # before the rows: totals of loaded values
     epilogue: list[str] = field(default_factory=list)   # stage "_total": what needs the running totals
     totals: list[dict] = field(default_factory=list)    # running totals: {var, slot} in the scratch

@@ -55,9 +55,26 @@ def _work_units(model: KernelModel) -> int:
     return max(1, model.rows)
 
 
+def host_vector_floats() -> int:
+    """float32 lanes of the host's widest vector registers, from the CPU flags the kernel reports
+    (cpuid): 16 with AVX-512F, else 8 (AVX2, and what -march=native gives elsewhere)."""
+    return 16 if "avx512f" in _cpu_flags() else 8
+
+
+def host_options() -> str:
+    """The C target's compile options for this host: -march=native (the plugin's default) picks the
+    ISA from cpuid; on AVX-512 hosts GCC and clang still prefer 256-bit vectors unless told."""
+    options = "-fno-math-errno"  # sqrtf inline and vectorizable; NaN and Inf are untouched (errno only)
+    if host_vector_floats() == 16:
+        options += " -mprefer-vector-width=512"
+    return options
+
+
 def host_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
     """CPU: grid points of at least 16 Ki elements each (a pool task costs microseconds), at most
-    256, each a contiguous range of rows (or columns)."""
+    256, each a contiguous range of rows (or columns). Row reductions keep a vector register's
+    worth of lanes (model.lanes)."""
+    model.lanes = host_vector_floats()
     by_size = max(1, math.ceil(model.rows * model.cols / 16384))
     return min(_work_units(model), by_size, 256), 1
 
@@ -147,6 +164,18 @@ class Target:
         return (self.compile or CompileRequest.compile_with_plugin)(request)
 
 
+def _cpu_flags() -> set[str]:
+    """The host CPU's feature flags (Linux /proc/cpuinfo; empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def _cpu_identity() -> str:
     """The host CPU's model and flags, hashed: -march=native binaries run on the same kind only."""
     try:
@@ -168,8 +197,7 @@ def builtin_targets() -> list[Target]:
     def loader(name: str) -> jinja2.BaseLoader:
         return jinja2.FileSystemLoader(os.path.join(_HERE, name))
     return [
-        # -fno-math-errno: sqrtf inline and vectorizable; NaN and Inf are untouched (errno only)
-        Target("c", "c", loader("c"), host_geometry, options="-fno-math-errno",
+        Target("c", "c", loader("c"), host_geometry, options=host_options(),
                key_properties=("name", "vendor", "driver_version", "host_cpu")),
         Target("opencl", "opencl", loader("opencl"), gpu_geometry),
         Target("cuda", "cuda", loader("cuda"), gpu_geometry),
