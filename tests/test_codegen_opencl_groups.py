@@ -72,7 +72,7 @@ def test_work_group_row_kernels_match_numpy_on_opencl(tmp_path):
 
 def test_row_group_size_follows_the_device_and_the_row():
     from oar_codegen.render import KernelModel
-    from oar_codegen.targets import gpu_geometry, row_group_size
+    from oar_codegen.targets import gpu_geometry, gpu_group_geometry, row_group_size
 
     def row(cols, rows=10):
         return KernelModel("k", "row", rows, cols, [{"index": 0, "ctype": "float"}], [], [], [])
@@ -86,6 +86,8 @@ def test_row_group_size_follows_the_device_and_the_row():
     pocl = {"name": "pthread-skylake-avx512", "vendor": "GenuineIntel", "max_threads_per_block": 4096}
     assert row_group_size(row(4096), pocl) == 1
     model = row(4096, rows=3)
-    assert gpu_geometry(model, gpu) == (3, 256) and model.group_size == 256
+    assert gpu_group_geometry(model, gpu) == (3, 256) and model.group_size == 256
     model = row(4096, rows=300)
-    assert gpu_geometry(model, pocl) == (3, 128) and model.group_size == 1
+    assert gpu_group_geometry(model, pocl) == (3, 128) and model.group_size == 1
+    model = row(4096, rows=3)
+    assert gpu_geometry(model, gpu) == (1, 3) and model.group_size == 1  # vendor templates: one thread per row

@@ -118,14 +118,20 @@ def row_group_size(model: KernelModel, properties: dict) -> int:
     return 1 << (max(wanted, 1).bit_length() - 1)
 
 
-def gpu_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
-    """GPU: a work-group per row for row kernels with long rows (row_group_size; it sets
-    model.group_size), else one thread per element (flat kernels, up to 4 Mi threads), per column
-    (col) or per row (row) in blocks of 128 threads."""
+def gpu_group_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
+    """GPU with work-group rows (the built-in opencl and cuda targets, whose templates define
+    OAR_SHARED, OAR_GROUP_ID, OAR_GROUPS, OAR_LANE and OAR_BARRIER): a work-group per row for row
+    kernels with long rows (row_group_size; it sets model.group_size), else as gpu_geometry."""
     group = row_group_size(model, properties)
     if group > 1:
         model.group_size = group
         return min(model.rows, 1 << 20), group
+    return gpu_geometry(model, properties)
+
+
+def gpu_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
+    """GPU: one thread per element (flat kernels, up to 4 Mi threads), per column (col) or per
+    row (row); blocks of 128 threads."""
     model.group_size = 1
     if model.kind == "flat":
         threads = min(model.cols, 1 << 22)
@@ -199,8 +205,8 @@ def builtin_targets() -> list[Target]:
     return [
         Target("c", "c", loader("c"), host_geometry, options=host_options(),
                key_properties=("name", "vendor", "driver_version", "host_cpu")),
-        Target("opencl", "opencl", loader("opencl"), gpu_geometry),
-        Target("cuda", "cuda", loader("cuda"), gpu_geometry),
+        Target("opencl", "opencl", loader("opencl"), gpu_group_geometry),
+        Target("cuda", "cuda", loader("cuda"), gpu_group_geometry),
     ]
 
 
