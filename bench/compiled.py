@@ -67,7 +67,7 @@ def rms_norm_figures(oar, dev, repeats: int, report, median_seconds) -> None:
     report("rms_norm: compiled vs unfused", t_compiled * 1e3, "unfused", t_composed * 1e3, "ms", False, 0.25)
     report("rms_norm: compiled vs torch", t_compiled * 1e3, "F.rms_norm", t_torch * 1e3, "ms", False,
            round(1 / 1.14, 3))
-    report("rms_norm: compiled vs d2d copy", t_compiled * 1e3, "copy", t_copy * 1e3, "ms", False, 1.5)
+    report("rms_norm: compiled vs d2d copy", t_compiled * 1e3, "copy", t_copy * 1e3, "ms", False, 1.2)
     print(f"{'rms_norm: build, cold cache':<34} {cold_seconds * 1e3:10.1f} ms (plan + render + cc + load)")
     print(f"{'rms_norm: build, cache hit':<34} {hit_seconds * 1e3:10.1f} ms (plan + render + cache read + load)")
     print(f"{'':<34} medians of {repeats} samples of {CALLS_PER_SAMPLE} calls each")
@@ -124,8 +124,10 @@ def train_step_figures(oar, dev, repeats: int, report) -> None:
     t = {k: statistics.median(v) for k, v in samples.items()}
     print(f"train step: Llama-style d_model {cfg.d_model}, {cfg.n_layers} layers, batch {batch} x seq {seq}, "
           f"AdamW; {compiled.stats}")
-    report("train step: compiled time", t["compiled"] * 1e3, "oar eager", t["eager"] * 1e3, "ms", False, 1.0)
-    report("train step: compiled time", t["compiled"] * 1e3, "torch eager", t["torch"] * 1e3, "ms", False, 1.0)
+    # issue 13's targets: fusion pays on the CPU plugin (<= 0.8x eager), on OpenCL devices <= 0.9x
+    eager_target = 0.9 if dev.type == "opencl" else 0.8
+    report("train step: compiled time", t["compiled"] * 1e3, "oar eager", t["eager"] * 1e3, "ms", False, eager_target)
+    report("train step: compiled time", t["compiled"] * 1e3, "torch eager", t["torch"] * 1e3, "ms", False, 0.8)
     tokens = batch * seq
     print(f"{'tokens/s':<34} compiled {tokens / t['compiled']:,.0f}, oar eager {tokens / t['eager']:,.0f}, "
           f"torch {tokens / t['torch']:,.0f}")

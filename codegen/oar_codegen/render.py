@@ -65,6 +65,11 @@ class KernelModel:
     col_sums: list[dict]               # col kernels: {var, value, store}
     summary: str = ""                  # the fused ops, for the source's comment
     points: int = 1                    # grid points x threads per point, as launched
+    # row kernels on GPU targets: threads of one work-group (block) that share a row, a power of two
+    # (the launch geometry sets it; 1: one thread per row)
+    group_size: int = 1
+    # float lanes a thread's row reductions keep (one vector register's worth): 16 on AVX-512 hosts
+    lanes: int = 8
     prologue: list[str] = field(default_factory=list)   # before the rows: totals of loaded values
     epilogue: list[str] = field(default_factory=list)   # stage "_total": what needs the running totals
     totals: list[dict] = field(default_factory=list)    # running totals: {var, slot} in the scratch

@@ -55,16 +55,84 @@ def _work_units(model: KernelModel) -> int:
     return max(1, model.rows)
 
 
+def host_vector_floats() -> int:
+    """float32 lanes of the host's widest vector registers, from the CPU flags the kernel reports
+    (cpuid): 16 with AVX-512F, else 8 (AVX2, and what -march=native gives elsewhere)."""
+    return 16 if "avx512f" in _cpu_flags() else 8
+
+
+def host_options() -> str:
+    """The C target's compile options for this host: -march=native (the plugin's default) picks the
+    ISA from cpuid; on AVX-512 hosts GCC and clang still prefer 256-bit vectors unless told."""
+    options = "-fno-math-errno"  # sqrtf inline and vectorizable; NaN and Inf are untouched (errno only)
+    if host_vector_floats() == 16:
+        options += " -mprefer-vector-width=512"
+    return options
+
+
 def host_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
     """CPU: grid points of at least 16 Ki elements each (a pool task costs microseconds), at most
-    256, each a contiguous range of rows (or columns)."""
+    256, each a contiguous range of rows (or columns). Row reductions keep a vector register's
+    worth of lanes (model.lanes)."""
+    model.lanes = host_vector_floats()
     by_size = max(1, math.ceil(model.rows * model.cols / 16384))
     return min(_work_units(model), by_size, 256), 1
+
+
+# Rows shorter than this keep one thread per row: a work-group's barriers would cost more than they share.
+GROUP_MIN_COLUMNS = 64
+# Threads per work-group for a row, at most; below the device's limit, enough for loads to coalesce.
+GROUP_MAX_THREADS = 256
+# When the device does not report max_threads_per_block: a size every OpenCL/CUDA device allows.
+GROUP_FALLBACK_THREADS = 128
+
+
+# CPU OpenCL devices (PoCL, Intel's and AMD's CPU runtimes) report the CPUID vendor string or a
+# PoCL CPU driver's name prefix; the runtime exposes no CL_DEVICE_TYPE.
+_CPU_VENDORS = ("GenuineIntel", "AuthenticAMD", "HygonGenuine", "CentaurHauls")
+_CPU_NAME_PREFIXES = ("pthread-", "cpu-", "basic-", "tbb-")
+
+
+def is_cpu_device(properties: dict) -> bool:
+    """Whether an OpenCL/CUDA-language device is a CPU: there a work-group's barriers are loops
+    over its work-items (PoCL measured 4x slower with a work-group per row), so one thread per row wins."""
+    return (str(properties.get("vendor", "")) in _CPU_VENDORS
+            or str(properties.get("name", "")).startswith(_CPU_NAME_PREFIXES))
+
+
+def row_group_size(model: KernelModel, properties: dict) -> int:
+    """Threads of one work-group that share a row (a power of two), or 1 for one thread per row:
+    row kernels of one stage whose rows are long enough, on devices that are not CPUs. Capped by
+    the device's max_threads_per_block and by the row's length."""
+    if model.kind != "row" or model.stages != [""] or model.colsums or model.prologue:
+        return 1
+    if is_cpu_device(properties):
+        return 1
+    if model.cols < GROUP_MIN_COLUMNS:
+        return 1
+    try:
+        limit = int(properties.get("max_threads_per_block") or GROUP_FALLBACK_THREADS)
+    except (TypeError, ValueError):
+        limit = GROUP_FALLBACK_THREADS
+    wanted = min(limit, GROUP_MAX_THREADS, model.cols)
+    return 1 << (max(wanted, 1).bit_length() - 1)
+
+
+def gpu_group_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
+    """GPU with work-group rows (the built-in opencl and cuda targets, whose templates define
+    OAR_SHARED, OAR_GROUP_ID, OAR_GROUPS, OAR_LANE and OAR_BARRIER): a work-group per row for row
+    kernels with long rows (row_group_size; it sets model.group_size), else as gpu_geometry."""
+    group = row_group_size(model, properties)
+    if group > 1:
+        model.group_size = group
+        return min(model.rows, 1 << 20), group
+    return gpu_geometry(model, properties)
 
 
 def gpu_geometry(model: KernelModel, properties: dict) -> tuple[int, int]:
     """GPU: one thread per element (flat kernels, up to 4 Mi threads), per column (col) or per
     row (row); blocks of 128 threads."""
+    model.group_size = 1
     if model.kind == "flat":
         threads = min(model.cols, 1 << 22)
     else:
@@ -102,6 +170,18 @@ class Target:
         return (self.compile or CompileRequest.compile_with_plugin)(request)
 
 
+def _cpu_flags() -> set[str]:
+    """The host CPU's feature flags (Linux /proc/cpuinfo; empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def _cpu_identity() -> str:
     """The host CPU's model and flags, hashed: -march=native binaries run on the same kind only."""
     try:
@@ -123,11 +203,10 @@ def builtin_targets() -> list[Target]:
     def loader(name: str) -> jinja2.BaseLoader:
         return jinja2.FileSystemLoader(os.path.join(_HERE, name))
     return [
-        # -fno-math-errno: sqrtf inline and vectorizable; NaN and Inf are untouched (errno only)
-        Target("c", "c", loader("c"), host_geometry, options="-fno-math-errno",
+        Target("c", "c", loader("c"), host_geometry, options=host_options(),
                key_properties=("name", "vendor", "driver_version", "host_cpu")),
-        Target("opencl", "opencl", loader("opencl"), gpu_geometry),
-        Target("cuda", "cuda", loader("cuda"), gpu_geometry),
+        Target("opencl", "opencl", loader("opencl"), gpu_group_geometry),
+        Target("cuda", "cuda", loader("cuda"), gpu_group_geometry),
     ]
 
 
