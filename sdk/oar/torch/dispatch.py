@@ -37,21 +37,25 @@ def _check_same_device(name: str, args: tuple) -> None:
                                    f"devices, {_bt.device_type()}:0 and {item.device}! (ATen op {name})")
 
 
+def _positional_call(*args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+    return args, kwargs  # a composition takes the ATen arguments as they are
+
+
 def _mapped_kernel(mapping: Mapping, op: Any):
     name = mapping.aten
-    function = getattr(oar.ops, mapping.oar_op)
+    function = mapping.composed or getattr(oar.ops, mapping.oar_op)
+    call = _positional_call if mapping.composed else mapping.call
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         _check_same_device(name, args)
         oar_args = tree_map(_unwrap_arg, args)
         oar_kwargs = tree_map(_unwrap_arg, kwargs)
         try:
-            inputs, attrs = mapping.call(*oar_args, **oar_kwargs)
-        except Unmapped:
-            return _cpu.run_on_cpu(op, args, kwargs)
-        try:
+            inputs, attrs = call(*oar_args, **oar_kwargs)
             with oar.no_grad():
                 result = function(*inputs, **attrs)
+        except Unmapped:
+            return _cpu.run_on_cpu(op, args, kwargs)
         except (oar.OpNotSupportedError, oar.DTypeError) as error:  # the Oar op lacks these dtypes: CPU
             if "OAR_FALLBACK" in str(error) or os.environ.get("OAR_FALLBACK") == "0":
                 raise NotImplementedError(f"ATen op '{name}' (Oar op '{mapping.oar_op}') on device "
@@ -84,9 +88,44 @@ def _inplace_kernel(mapping: Mapping, op: Any, functional: Any):
     return kernel
 
 
+def _out_kernel(mapping: Mapping, op: Any, functional: Any, out_names: list[str]):
+    """The out= overload of a mapped op: the functional kernel, its result copied into out (resized)."""
+    compute = _mapped_kernel(mapping, functional)
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        outs = [kwargs.pop(name) for name in out_names]
+        result = compute(*args, **kwargs)
+        results = result if isinstance(result, tuple) else (result,)
+        for target, value in zip(outs, results):
+            if tuple(target.shape) != tuple(value.shape):
+                _resize(target, value.shape)
+            _copy_from(value, target)
+        return tuple(outs) if isinstance(result, tuple) else outs[0]
+
+    return kernel
+
+
+def _out_overload(base: str, overload: str) -> tuple[Any, list[str]] | None:
+    """torch's out= overload of base.overload ("out" or "<overload>_out") and its out argument names."""
+    packet = getattr(torch.ops.aten, base)
+    for name in (("out",) if overload == "default" else (f"{overload}_out",)):
+        candidate = getattr(packet, name, None)
+        if candidate is None:
+            continue
+        outs = [a.name for a in candidate._schema.arguments
+                if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+        if outs:
+            return candidate, outs
+    return None
+
+
 # ---- the ops every backend must give: factories, copies, scalars ----
 
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    if dtype == torch.uint8 and 0 in size:
+        # batch norm's empty "reserve" buffer: Oar has no uint8, but an empty tensor has no values to read
+        made = oar.empty(*size, dtype=oar.int8, device=_bt.oar_device(None if device is None else device.index))
+        return _bt.wrap(made, torch.uint8)
     made = oar.empty(*size, dtype=_bt.oar_dtype(dtype, "torch.empty"),
                      device=_bt.oar_device(None if device is None else device.index))
     return _bt.wrap(made)
@@ -213,6 +252,10 @@ def install_kernels() -> None:
         base, overload = name.split(".")
         functional = getattr(getattr(torch.ops.aten, base), overload)
         impl.impl(_registration_name(name), _on_bridge_stream(_mapped_kernel(mapping, functional)), "PrivateUse1")
+        out = _out_overload(base, overload)
+        if out is not None and f"{base}.{out[0]._overloadname}" not in table:
+            impl.impl(f"{base}.{out[0]._overloadname}",
+                      _on_bridge_stream(_out_kernel(mapping, out[0], functional, out[1])), "PrivateUse1")
         inplace = getattr(getattr(torch.ops.aten, base + "_", None), overload, None)
         if inplace is not None and base + "_." + overload not in _NATIVE:
             impl.impl(_registration_name(f"{base}_.{overload}"), _on_bridge_stream(_inplace_kernel(mapping, inplace, functional)), "PrivateUse1")

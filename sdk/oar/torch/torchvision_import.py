@@ -6,12 +6,18 @@ in ``_meta_registrations`` (``register_fake("torchvision::nms")`` on an operator
 defined). The models (ResNet, MobileNet, ViT, ...) need none of those ops. ``import_torchvision()``
 defines the two schemas that import registers fakes for, with kernels that raise a clear error, so
 the package imports and only the detection ops (nms) are unavailable.
+
+Because a broken ``import torchvision`` also breaks transformers (it imports torchvision whenever it
+is installed), the project's Makefile installs torchvision apart from site-packages, in
+``<venv>/oar-torchvision``; ``OAR_TORCHVISION_PATH`` names another such folder. A torchvision
+importable the usual way is used first.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -57,14 +63,30 @@ def _define_placeholders(reason: str) -> None:
     _placeholders.append(library)
 
 
+def _apart_folder() -> Path:
+    return Path(os.environ.get("OAR_TORCHVISION_PATH") or Path(sys.prefix) / "oar-torchvision")
+
+
+def _find_spec() -> importlib.machinery.ModuleSpec:
+    spec = importlib.util.find_spec("torchvision")
+    if spec is not None:
+        return spec
+    folder = _apart_folder()
+    if (folder / "torchvision").is_dir():
+        sys.path.append(str(folder))
+        spec = importlib.util.find_spec("torchvision")
+    if spec is None:
+        raise ImportError(f"torchvision is not installed (neither importable nor in {folder}): pip install "
+                          f"--no-deps --target {folder} 'torchvision==0.28.0' (the release built for torch 2.13; "
+                          "`make install` does this)")
+    return spec
+
+
 def import_torchvision() -> ModuleType:
     """``import torchvision``, working around a torchvision build whose C++ ops cannot load."""
     if "torchvision" in sys.modules:
         return sys.modules["torchvision"]
-    spec = importlib.util.find_spec("torchvision")
-    if spec is None:
-        raise ImportError("torchvision is not installed: pip install 'torchvision==0.28.0' (the release built "
-                          "for torch 2.13; the project's Makefile installs it)")
+    spec = _find_spec()
     if not _ops_loaded:
         library = _c_library(spec)
         try:
