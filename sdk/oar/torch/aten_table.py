@@ -300,19 +300,22 @@ def _adaptive_avg_pool2d_backward(grad: Any, x: Any) -> Any:
     if list(grad.shape[-2:]) != [1, 1]:
         raise _Unmapped("adaptive average pooling to other than 1x1")
     ops = _ops()
-    return ops.mul(ops.expand(grad, shape=list(x.shape)), 1.0 / (x.shape[-1] * x.shape[-2]))
+    return ops.div(ops.expand(grad, shape=list(x.shape)), float(x.shape[-1] * x.shape[-2]))
 
 
 def _hardswish_backward(grad: Any, x: Any) -> Any:
-    ops = _ops()  # torch's gradient: 0 below -3, x/3 + 1/2 on [-3, 3], 1 above
-    middle = ops.mul(grad, ops.add(ops.mul(x, 1.0 / 3.0), 0.5))
+    ops = _ops()  # torch's gradient: 0 below -3, x/3 + 1/2 on [-3, 3], 1 above (exact constants only:
+    middle = ops.mul(grad, ops.add(ops.div(x, 3.0), 0.5))  # a scalar may be rounded to float32)
     return ops.where(ops.lt(x, -3.0), 0.0, ops.where(ops.le(x, 3.0), middle, grad))
 
 
 def _hardsigmoid_backward(grad: Any, x: Any) -> Any:
-    ops = _ops()  # torch's gradient: 1/6 on the open interval (-3, 3), 0 elsewhere
-    inside = ops.logical_and(ops.gt(x, -3.0), ops.lt(x, 3.0))
-    return ops.where(inside, ops.mul(grad, 1.0 / 6.0), 0.0)
+    ops = _ops()  # torch's gradient: 1/6 on the open interval (-3, 3), 0 elsewhere; torch's kernels
+    inside = ops.logical_and(ops.gt(x, -3.0), ops.lt(x, 3.0))  # take 1/6 rounded to float32, in float64 too
+    return ops.where(inside, ops.mul(grad, _ONE_SIXTH_FLOAT32), 0.0)
+
+
+_ONE_SIXTH_FLOAT32 = 0.1666666716337204  # float(numpy.float32(1 / 6))
 
 
 def _tanh_backward(grad: Any, output: Any) -> Any:
