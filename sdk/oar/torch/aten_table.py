@@ -220,6 +220,10 @@ def _native_batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, runnin
     return out, save_mean, save_invstd
 
 
+def _native_batch_norm_no_stats(x: Any, weight: Any, bias: Any, training: bool, momentum: float, eps: float) -> tuple:
+    return _native_batch_norm(x, weight, bias, None, None, training, momentum, eps)
+
+
 def _native_batch_norm_backward(grad: Any, x: Any, weight: Any, running_mean: Any, running_var: Any, save_mean: Any,
                                 save_invstd: Any, train: bool, eps: float, output_mask: Any) -> tuple:
     ops = _ops()
@@ -388,6 +392,8 @@ ADAPTED: dict[str, tuple[str, Call]] = {
     "mean.default": ("mean", _reduce_all),
     "amax.default": ("max", _reduce),
     "amin.default": ("min", _reduce),
+    "max.default": ("max", _reduce_all),
+    "min.default": ("min", _reduce_all),
     "argmax.default": ("argmax", _argmax),
     "all.default": ("all", _reduce_all),
     "all.dim": ("all", _all_any_dims),
@@ -419,6 +425,9 @@ COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
     "native_layer_norm.default": (("layer_norm", "mean", "var", "rsqrt"), _native_layer_norm),
     "native_layer_norm_backward.default": (("mul", "sub", "mean", "sum"), _native_layer_norm_backward),
     "native_batch_norm.default": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"), _native_batch_norm),
+    "_native_batch_norm_legit.default": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"), _native_batch_norm),
+    "_native_batch_norm_legit.no_stats": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"),
+                                          _native_batch_norm_no_stats),
     "native_batch_norm_backward.default": (("mean", "rsqrt", "mul", "sub", "sum", "reshape"),
                                            _native_batch_norm_backward),
     "_softmax_backward_data.default": (("mul", "sub", "sum"), _softmax_backward),

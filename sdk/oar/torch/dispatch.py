@@ -8,12 +8,12 @@ import threading
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 
 import oar
 from oar.torch import bridge_tensor as _bt
 from oar.torch import cpu_fallback as _cpu
 from oar.torch.aten_table import Mapping, Unmapped, mapped_ops
+from oar.torch.random_ops import RANDOM_KERNELS
 
 __all__ = ["install_kernels", "native_ops"]
 
@@ -23,6 +23,16 @@ _libraries: list[torch.library.Library] = []  # kept alive: dropping one unregis
 
 def _unwrap_arg(value: Any) -> Any:
     return _bt.unwrap(value) if _bt.is_bridged(value) else value
+
+
+def _unwrap_value(value: Any) -> Any:
+    # ATen arguments nest one level at most (Tensor[], Tensor?[]); torch's tree_map was half of a small
+    # op's time in the bridge (bench/torch_bridge.py's a + b)
+    if isinstance(value, torch.Tensor):
+        return _unwrap_arg(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap_arg(v) for v in value)
+    return value
 
 
 def _wrap_result(value: Any) -> Any:
@@ -48,8 +58,8 @@ def _mapped_kernel(mapping: Mapping, op: Any):
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         _check_same_device(name, args)
-        oar_args = tree_map(_unwrap_arg, args)
-        oar_kwargs = tree_map(_unwrap_arg, kwargs)
+        oar_args = tuple(_unwrap_value(a) for a in args)
+        oar_kwargs = {k: _unwrap_value(v) for k, v in kwargs.items()} if kwargs else kwargs
         try:
             inputs, attrs = call(*oar_args, **oar_kwargs)
             with oar.no_grad():
@@ -199,6 +209,7 @@ _NATIVE = {
     "fill_.Tensor": _fill,
     "zero_.default": _zero,
     "resize_.default": _resize,
+    **RANDOM_KERNELS,
 }
 
 
