@@ -55,6 +55,7 @@ def _mapped_kernel(mapping: Mapping, op: Any):
     name = mapping.aten
     function = mapping.composed or getattr(oar.ops, mapping.oar_op)
     call = _positional_call if mapping.composed else mapping.call
+    returns_list = bool(op._schema.returns) and str(op._schema.returns[0].type) == "Tensor[]"  # once, not per call
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         _check_same_device(name, args)
@@ -74,11 +75,8 @@ def _mapped_kernel(mapping: Mapping, op: Any):
         except Exception as error:
             raise RuntimeError(f"ATen op '{name}' -> Oar op '{mapping.oar_op}' on device '{_bt.device_type()}' "
                                f"failed: {type(error).__name__}: {error}") from error
-        expected = op._schema.returns[0].type
-        if isinstance(result, (list, tuple)) and str(expected) != "Tensor[]":
-            return tuple(_wrap_result(r) for r in result)
         if isinstance(result, (list, tuple)):
-            return [_wrap_result(r) for r in result]
+            return [_wrap_result(r) for r in result] if returns_list else tuple(_wrap_result(r) for r in result)
         return _wrap_result(result)
 
     return kernel
