@@ -356,6 +356,30 @@ def _all_any_dims(self: Any, dim: Any = None, keepdim: bool = False) -> tuple[tu
     return (self,), {"dim": _dims(dim), "keepdim": keepdim}
 
 
+def _bool_only(*tensors: Any) -> None:
+    import oar
+
+    if any(not oar.is_tensor(t) or t.dtype != oar.bool for t in tensors):
+        raise _Unmapped("bitwise ops on integers (the Oar logical ops are defined on bool)")
+
+
+def _bitwise_binary(self: Any, other: Any) -> tuple[tuple, dict]:
+    _bool_only(self, other)
+    return (self, other), {}
+
+
+def _bitwise_not(self: Any) -> tuple[tuple, dict]:
+    _bool_only(self)
+    return (self,), {}
+
+
+def _scatter_value(x: Any, dim: int, index: Any, value: Any) -> Any:
+    import oar
+
+    source = oar.full(list(index.shape), value, dtype=x.dtype, device=x.device)
+    return _ops().scatter(x, index, source, dim=dim)
+
+
 def _lerp(start: Any, end: Any, weight: Any) -> Any:
     ops = _ops()
     return ops.add(start, ops.mul(ops.sub(end, start), weight))
@@ -395,6 +419,9 @@ ADAPTED: dict[str, tuple[str, Call]] = {
     "max.default": ("max", _reduce_all),
     "min.default": ("min", _reduce_all),
     "argmax.default": ("argmax", _argmax),
+    "bitwise_and.Tensor": ("logical_and", _bitwise_binary),
+    "bitwise_or.Tensor": ("logical_or", _bitwise_binary),
+    "bitwise_not.default": ("logical_not", _bitwise_not),
     "all.default": ("all", _reduce_all),
     "all.dim": ("all", _all_any_dims),
     "all.dims": ("all", _all_any_dims),
@@ -443,6 +470,7 @@ COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
     "sigmoid_backward.default": (("mul", "sub"), _sigmoid_backward),
     "embedding_dense_backward.default": (("index_add", "reshape", "ne", "cast", "mul"), _embedding_dense_backward),
     "isneginf.default": (("eq",), _isneginf),
+    "scatter.value": (("scatter", "full"), _scatter_value),
     "lerp.Scalar": (("add", "sub", "mul"), _lerp),
     "lerp.Tensor": (("add", "sub", "mul"), _lerp),
     "addcmul.default": (("add", "mul"), _addcmul),

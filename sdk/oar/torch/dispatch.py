@@ -197,6 +197,19 @@ def _resize(self: torch.Tensor, size, memory_format=None) -> torch.Tensor:
     return self
 
 
+def _arange_start_out(start: Any, end: Any, step: Any = 1, *, out: torch.Tensor) -> torch.Tensor:
+    op = torch.ops.aten.arange.start_out
+    if not all(isinstance(v, int) for v in (start, end, step)) or out.is_floating_point():
+        # torch computes float ranges in double (start + i * step): the CPU keeps those values exact
+        return _cpu.run_on_cpu(op, (start, end, step), {"out": out})
+    values = oar.arange(start, end, step, dtype=_bt.oar_dtype(out.dtype, "torch.arange"), device=_bt.oar_device(0))
+    if tuple(out.shape) != tuple(values.shape):
+        _resize(out, values.shape)
+    with oar.no_grad():
+        _bt.unwrap(out).copy_(values)
+    return out
+
+
 _NATIVE = {
     "empty.memory_format": _empty,
     "empty_strided.default": _empty_strided,
@@ -207,6 +220,7 @@ _NATIVE = {
     "fill_.Tensor": _fill,
     "zero_.default": _zero,
     "resize_.default": _resize,
+    "arange.start_out": _arange_start_out,
     **RANDOM_KERNELS,
 }
 
