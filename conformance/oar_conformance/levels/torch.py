@@ -10,7 +10,7 @@ takes a training step on the device and on torch's CPU with the same weights: lo
 and every gradient within 1e-4 of its largest element. The ATen ops that fell back are listed in
 the result.
 
-``torch.zoo.<model>`` / ``torch.zoo_full.<model>``: real models (torchvision ResNet-18, ResNet-50,
+``torch.zoo.<model>`` / ``torch.zoo_full.<model>`` (registered with ``OAR_TORCH_ZOO_FULL=1``): real models (torchvision ResNet-18, ResNet-50,
 MobileNetV3-small, ViT-B/16; Hugging Face BERT; random init) take a training step (forward, backward,
 AdamW) on the device and on torch's CPU from the same weights and batch, at the zoo's quick size and
 at its full size (see torch_zoo for the sizes and tolerances). Each passes (all ops native), reports
@@ -20,6 +20,7 @@ hold the errors and the fallback counts.
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Callable
 
@@ -265,8 +266,11 @@ def _register() -> None:
         conformance_test(f"torch.model.{model}")(train)
     from oar_conformance.levels.torch_zoo import ZOO
 
+    sizes = [("quick", "torch.zoo")]
+    if os.environ.get("OAR_TORCH_ZOO_FULL") == "1":  # minutes on a CPU: for real hardware or a release run
+        sizes.append(("full", "torch.zoo_full"))
     for model in ZOO:
-        for size, prefix in (("quick", "torch.zoo"), ("full", "torch.zoo_full")):
+        for size, prefix in [(size, prefix) for size, prefix in sizes if size in ZOO[model].sizes]:
             def zoo(ctx: RuntimeContext, model: str = model, size: str = size) -> None:
                 run_zoo(ctx, model, size)
 
