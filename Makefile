@@ -20,6 +20,7 @@ $(VENV)/.deps: pyproject.toml .ci/pyproject_deps.py | sysdeps
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(DEPS)
+	$(PIP) install -q --no-deps --upgrade --target $(VENV)/oar-torchvision $(shell $(PYTHON) .ci/pyproject_deps.py --only torchvision)
 	touch $@
 
 # Non-editable install into the venv; build/ keeps CMake's objects between runs.

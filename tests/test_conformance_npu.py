@@ -19,6 +19,7 @@ def test_the_reference_plugin_posing_as_npu_passes_every_level(tmp_path):
     levels = {level["name"]: level for level in document["levels"]}
     assert levels["ops"]["counts"]["pass"] >= 1500 and levels["models"]["counts"]["pass"] == 6
     assert levels["abi"]["counts"]["pass"] >= 130
-    bad = [(t["id"], t["status"]) for t in document["tests"] if t["status"] not in ("pass", "skip")]
+    bad = [(t["id"], t["status"]) for t in document["tests"] if t["status"] not in ("pass", "skip")
+           and not (t["id"].startswith("torch.zoo.") and t["status"] == "fallback")]  # correct, some ops on the CPU
     assert not bad, bad[:20]
     assert not [t for t in document["tests"] if t["level"] in ("ops", "models") and t["status"] != "pass"]

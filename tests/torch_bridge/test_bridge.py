@@ -172,3 +172,10 @@ def test_register_from_environment_in_a_fresh_process():
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["refcpu", "[2.0,", "2.0]"]
+
+
+def test_a_second_device_of_the_plugin_is_a_clear_error(npu):
+    if oar.device_count(npu) < 2:
+        pytest.skip("the plugin has one device")
+    with pytest.raises(RuntimeError, match=f"'{npu}:1'.*index 0 only"):
+        torch.ones(2).to(f"{npu}:1")

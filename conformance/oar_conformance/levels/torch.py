@@ -9,10 +9,18 @@ op, reports ``fallback`` when it matched through the CPU fallback, fails otherwi
 takes a training step on the device and on torch's CPU with the same weights: loss within rel 1e-5
 and every gradient within 1e-4 of its largest element. The ATen ops that fell back are listed in
 the result.
+
+``torch.zoo.<model>`` / ``torch.zoo_full.<model>`` (registered with ``OAR_TORCH_ZOO_FULL=1``): real models (torchvision ResNet-18, ResNet-50,
+MobileNetV3-small, ViT-B/16; Hugging Face BERT; random init) take a training step (forward, backward,
+AdamW) on the device and on torch's CPU from the same weights and batch, at the zoo's quick size and
+at its full size (see torch_zoo for the sizes and tolerances). Each passes (all ops native), reports
+``fallback`` naming the ATen ops that ran on the CPU, or fails naming what differs; the details
+hold the errors and the fallback counts.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Callable
 
@@ -48,7 +56,57 @@ _SAMPLES: dict[str, Callable[[Any], tuple]] = {
     "triu.default": lambda t: (t.randn(4, 4), 1),
     "gather.default": lambda t: (t.randn(3, 4), 1, t.tensor([[0, 1], [2, 3], [1, 1]])),
     "index_select.default": lambda t: (t.randn(3, 4), 0, t.tensor([2, 0])),
+    "addmm.default": lambda t: (t.randn(5), t.randn(3, 4), t.randn(4, 5)),
+    "bitwise_and.Tensor": lambda t: (t.rand(3, 4) > 0.5, t.rand(3, 4) > 0.5),
+    "bitwise_or.Tensor": lambda t: (t.rand(3, 4) > 0.5, t.rand(3, 4) > 0.5),
+    "bitwise_not.default": lambda t: (t.rand(3, 4) > 0.5,),
+    "scatter.value": lambda t: (t.randn(3, 4), 1, t.tensor([[0], [2], [1]]), 2.5),
+    "_adaptive_avg_pool2d.default": lambda t: (t.randn(2, 3, 4, 4), [1, 1]),
+    "_adaptive_avg_pool2d_backward.default": lambda t: (t.randn(2, 3, 1, 1), t.randn(2, 3, 4, 4)),
+    "all.dim": lambda t: (t.rand(3, 4) > 0.2, 1),
+    "all.dims": lambda t: (t.rand(3, 4) > 0.2, [0, 1], True),
+    "any.dim": lambda t: (t.rand(3, 4) > 0.8, 1),
+    "any.dims": lambda t: (t.rand(3, 4) > 0.8, [0, 1], True),
+    "convolution_backward_overrideable.default": lambda t: (t.randn(1, 3, 5, 5), t.randn(1, 2, 5, 5), t.randn(3, 2, 3, 3),
+                                                            [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]),
+    "embedding_dense_backward.default": lambda t: (t.randn(2, 3, 4), t.tensor([[0, 5, 2], [2, 2, 1]]), 6, 2, False),
+    "_log_softmax_backward_data.default": lambda t: (t.randn(3, 4), t.randn(3, 4).log_softmax(1), 1, t.float32),
+    "_softmax_backward_data.default": lambda t: (t.randn(3, 4), t.randn(3, 4).softmax(1), 1, t.float32),
+    "native_batch_norm.default": lambda t: (t.randn(2, 3, 4, 4), t.randn(3), t.randn(3), t.zeros(3), t.ones(3), True,
+                                            0.1, 1e-5),
+    "native_batch_norm_backward.default": lambda t: _batch_norm_backward_sample(t),
+    "_native_batch_norm_legit.default": lambda t: (t.randn(2, 3, 4, 4), t.randn(3), t.randn(3), t.zeros(3), t.ones(3),
+                                                   True, 0.1, 1e-5),
+    "_native_batch_norm_legit.no_stats": lambda t: (t.randn(2, 3, 4, 4), t.randn(3), t.randn(3), True, 0.1, 1e-5),
+    "native_layer_norm.default": lambda t: (t.randn(3, 4), [4], t.randn(4), t.randn(4), 1e-5),
+    "native_layer_norm_backward.default": lambda t: _layer_norm_backward_sample(t),
+    "nll_loss_forward.default": lambda t: (t.randn(3, 4).log_softmax(1), t.tensor([0, 3, -100]), None, 1, -100),
+    "nll_loss_backward.default": lambda t: (t.tensor(1.5), t.randn(3, 4).log_softmax(1), t.tensor([0, 3, -100]), None, 1,
+                                            -100, t.tensor(2.0)),
 }
+
+def _convolution_backward_reference(grad, x, weight, *rest):
+    import torch
+
+    return torch.ops.aten.convolution_backward.default(grad, x, weight, [weight.shape[0]], *rest)
+
+
+# ATen ops whose CPU kernel is not the reference: torch's CPU runs convolution_backward instead (its
+# extra argument: the bias size)
+_CPU_REFERENCE = {"convolution_backward_overrideable.default": _convolution_backward_reference}
+
+
+def _batch_norm_backward_sample(t: Any) -> tuple:
+    x = t.randn(2, 3, 4, 4)
+    mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3), unbiased=False)
+    return (t.randn(2, 3, 4, 4), x, t.randn(3), t.zeros(3), t.ones(3), mean, (var + 1e-5).rsqrt(), True, 1e-5,
+            [True, True, True])
+
+
+def _layer_norm_backward_sample(t: Any) -> tuple:
+    x = t.randn(3, 4)
+    mean, var = x.mean(1, keepdim=True), x.var(1, unbiased=False, keepdim=True)
+    return t.randn(3, 4), x, [4], mean, (var + 1e-5).rsqrt(), t.randn(4), t.randn(4), [True, True, True]
 
 
 def _generated_sample(torch: Any, op: Any) -> tuple:
@@ -91,7 +149,8 @@ def run_aten(ctx: RuntimeContext, name: str) -> None:
     op = getattr(getattr(torch.ops.aten, base), overload)
     torch.manual_seed(0)
     sample = _SAMPLES[name](torch) if name in _SAMPLES else _generated_sample(torch, op)
-    expected = op(*sample)
+    reference = _CPU_REFERENCE.get(name, op)
+    expected = reference(*_to(torch, sample, "cpu"))
     before = sum(oar.torch.fallback_stats().values())
     try:
         with warnings.catch_warnings():
@@ -166,6 +225,28 @@ def run_model(ctx: RuntimeContext, name: str) -> None:
             raise Failure(f"{name}: gradient of {param} differs by {error}")
 
 
+def run_zoo(ctx: RuntimeContext, name: str, size: str) -> None:
+    from oar_conformance.levels import torch_zoo
+
+    device = _register_bridge(ctx)
+    ctx.details["size"] = size
+    found: list[str] = []
+    for dtype in ("float64", "float32"):  # float64: exact to rounding; float32: what models train in
+        result = torch_zoo.compare_train_step(name, device, size, dtype)
+        ctx.details[dtype] = {"loss": result.loss, "cpu_loss": result.cpu_loss, "float64_loss": result.exact_loss,
+                              "max_output_error": result.logits_error, "cpu_max_output_error": result.cpu_logits_error,
+                              "max_gradient_error": max(result.grad_errors.values()),
+                              "cpu_max_gradient_error": max(result.cpu_grad_errors.values()),
+                              "max_update_error": max(result.update_errors.values())}
+        found += [f"{dtype}: {problem}" for problem in torch_zoo.problems(name, result)]
+    ctx.details["fallback_ops"] = result.fallback_ops
+    if found:
+        raise Failure(f"{name} ({size}): " + "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else ""))
+    if result.fallback_ops:
+        raise Fallback(f"{name} ({size}) matches torch's CPU; {len(result.fallback_ops)} ATen ops ran on the CPU "
+                       f"fallback: {', '.join(sorted(result.fallback_ops))}")
+
+
 def _register() -> None:
     from oar.torch.aten_table import mapped_ops
 
@@ -183,6 +264,19 @@ def _register() -> None:
         train.__name__ = f"model_{model}"
         train.__doc__ = f"{model}: a training step on the device against torch's CPU."
         conformance_test(f"torch.model.{model}")(train)
+    from oar_conformance.levels.torch_zoo import ZOO
+
+    sizes = [("quick", "torch.zoo")]
+    if os.environ.get("OAR_TORCH_ZOO_FULL") == "1":  # minutes on a CPU: for real hardware or a release run
+        sizes.append(("full", "torch.zoo_full"))
+    for model in ZOO:
+        for size, prefix in [(size, prefix) for size, prefix in sizes if size in ZOO[model].sizes]:
+            def zoo(ctx: RuntimeContext, model: str = model, size: str = size) -> None:
+                run_zoo(ctx, model, size)
+
+            zoo.__name__ = f"zoo_{model}_{size}"
+            zoo.__doc__ = f"{model} ({size} size): a training step on the device against torch's CPU."
+            conformance_test(f"{prefix}.{model}")(zoo)
 
 
 try:

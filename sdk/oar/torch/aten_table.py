@@ -4,7 +4,8 @@
 that turns the ATen arguments (Oar tensors already unwrapped) into that op's call. Elementwise Oar
 ops (kinds unary, binary, ternary of interface/ops.yaml, read through oar_opset) map to the ATen
 overloads of the same name whose schema has the same tensor inputs; ``RENAMED`` and ``ADAPTED``
-below hold the ops whose names or arguments differ. An ATen op in neither runs on the CPU
+below hold the ops whose names or arguments differ, ``COMPOSED`` the ATen ops (backward, optimizer
+and normalization ops) that are a few Oar ops each. An ATen op in neither runs on the CPU
 (see oar.torch.cpu_fallback).
 """
 
@@ -25,8 +26,9 @@ Call = Callable[..., tuple[tuple, dict]]  # (aten args, aten kwargs) -> (oar inp
 @dataclass(frozen=True)
 class Mapping:
     aten: str     # the ATen overload, e.g. "add.Tensor"
-    oar_op: str   # the Oar op it runs
+    oar_op: str   # the Oar op it runs ("a+b" for a composition of several)
     call: Call    # builds the Oar op's inputs and attrs from the ATen arguments
+    composed: Callable[..., Any] | None = None  # runs several Oar ops and returns the ATen results
 
 
 def _positional(*args: Any, **kwargs: Any) -> tuple[tuple, dict]:
@@ -123,6 +125,278 @@ class _Unmapped(Exception):
     """These arguments have no Oar equivalent: the call runs on the CPU fallback instead."""
 
 
+# ---- compositions: ATen ops (mostly backward and optimizer ops) that are a few Oar ops each ----
+
+def _ops() -> Any:
+    import oar
+
+    return oar.ops
+
+
+def _addmm(bias: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    ops = _ops()
+    product = ops.matmul(a, b)
+    if alpha != 1:
+        product = ops.mul(product, alpha)
+    if beta == 0:  # torch ignores self when beta = 0 (even NaN there)
+        return product
+    return ops.add(product, bias if beta == 1 else ops.mul(bias, beta))
+
+
+def _convolution_backward(grad: Any, x: Any, weight: Any, stride: Any, padding: Any, dilation: Any,
+                          transposed: bool, output_padding: Any, groups: int, output_mask: Any) -> tuple:
+    if transposed or len(stride) != 2:
+        raise _Unmapped("transposed or non-2d convolution")
+    ops = _ops()
+    attrs = {"stride": list(stride), "padding": list(padding), "dilation": list(dilation), "groups": groups}
+    return (ops.conv2d_backward_input(grad, weight, input_shape=list(x.shape), **attrs) if output_mask[0] else None,
+            ops.conv2d_backward_weight(grad, x, weight_shape=list(weight.shape), **attrs) if output_mask[1] else None,
+            ops.sum(grad, dim=[0, 2, 3]) if output_mask[2] else None)
+
+
+def _native_layer_norm(x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> tuple:
+    ops = _ops()
+    dims = list(range(x.ndim - len(normalized_shape), x.ndim))
+    out = ops.layer_norm(x, weight, bias, normalized_ndim=len(normalized_shape), eps=eps)
+    mean = ops.mean(x, dim=dims, keepdim=True)
+    rstd = ops.rsqrt(ops.add(ops.var(x, dim=dims, correction=0, keepdim=True), eps))
+    return out, mean, rstd
+
+
+def _normalized_backward(grad: Any, xhat: Any, scale: Any, dims: list[int]) -> Any:
+    """d/dx of y = xhat * w where xhat = (x - mean(x)) * rstd over dims; scale = w * rstd."""
+    ops = _ops()
+    centered = ops.sub(ops.sub(grad, ops.mean(grad, dim=dims, keepdim=True)),
+                       ops.mul(xhat, ops.mean(ops.mul(grad, xhat), dim=dims, keepdim=True)))
+    return ops.mul(centered, scale)
+
+
+def _native_layer_norm_backward(grad: Any, x: Any, normalized_shape: Any, mean: Any, rstd: Any, weight: Any,
+                                bias: Any, output_mask: Any) -> tuple:
+    ops = _ops()
+    dims = list(range(x.ndim - len(normalized_shape), x.ndim))
+    leading = list(range(x.ndim - len(normalized_shape)))
+    xhat = ops.mul(ops.sub(x, mean), rstd)
+    scaled_grad = grad if weight is None else ops.mul(grad, weight)
+    grad_input = _normalized_backward(scaled_grad, xhat, rstd, dims) if output_mask[0] else None
+    grad_weight = ops.sum(ops.mul(grad, xhat), dim=leading) if output_mask[1] and weight is not None else None
+    grad_bias = ops.sum(grad, dim=leading) if output_mask[2] and bias is not None else None
+    return grad_input, grad_weight, grad_bias
+
+
+def _channel_shape(x: Any) -> list[int]:
+    return [1, x.shape[1]] + [1] * (x.ndim - 2)
+
+
+def _native_batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, training: bool,
+                       momentum: float, eps: float) -> tuple:
+    import oar
+
+    ops = _ops()
+    dims = [0] + list(range(2, x.ndim))
+    shape = _channel_shape(x)
+    if training:
+        mean = ops.mean(x, dim=dims)
+        var = ops.var(x, dim=dims, correction=0)
+        invstd = ops.rsqrt(ops.add(var, eps))
+        if running_mean is not None and running_var is not None:
+            count = x.numel() // x.shape[1]
+            with oar.no_grad():  # torch updates the running variance with the unbiased estimate
+                running_mean.copy_(ops.add(ops.mul(running_mean, 1 - momentum), ops.mul(mean, momentum)))
+                running_var.copy_(ops.add(ops.mul(running_var, 1 - momentum),
+                                          ops.mul(var, momentum * count / max(count - 1, 1))))
+        used_mean, used_invstd = mean, invstd
+        save_mean, save_invstd = mean, invstd
+    else:
+        if running_mean is None or running_var is None:
+            raise _Unmapped("evaluation without running statistics")
+        used_mean, used_invstd = running_mean, ops.rsqrt(ops.add(running_var, eps))
+        save_mean = save_invstd = oar.empty(0, dtype=x.dtype, device=x.device)
+    out = ops.mul(ops.sub(x, ops.reshape(used_mean, shape=shape)), ops.reshape(used_invstd, shape=shape))
+    if weight is not None:
+        out = ops.mul(out, ops.reshape(weight, shape=shape))
+    if bias is not None:
+        out = ops.add(out, ops.reshape(bias, shape=shape))
+    return out, save_mean, save_invstd
+
+
+def _native_batch_norm_no_stats(x: Any, weight: Any, bias: Any, training: bool, momentum: float, eps: float) -> tuple:
+    return _native_batch_norm(x, weight, bias, None, None, training, momentum, eps)
+
+
+def _native_batch_norm_backward(grad: Any, x: Any, weight: Any, running_mean: Any, running_var: Any, save_mean: Any,
+                                save_invstd: Any, train: bool, eps: float, output_mask: Any) -> tuple:
+    ops = _ops()
+    dims = [0] + list(range(2, x.ndim))
+    shape = _channel_shape(x)
+    if train:
+        mean, invstd = ops.reshape(save_mean, shape=shape), ops.reshape(save_invstd, shape=shape)
+    else:
+        mean = ops.reshape(running_mean, shape=shape)
+        invstd = ops.reshape(ops.rsqrt(ops.add(running_var, eps)), shape=shape)
+    xhat = ops.mul(ops.sub(x, mean), invstd)
+    scale = invstd if weight is None else ops.mul(invstd, ops.reshape(weight, shape=shape))
+    grad_input = None
+    if output_mask[0]:
+        grad_input = _normalized_backward(grad, xhat, scale, dims) if train else ops.mul(grad, scale)
+    grad_weight = ops.sum(ops.mul(grad, xhat), dim=dims) if output_mask[1] else None
+    grad_bias = ops.sum(grad, dim=dims) if output_mask[2] else None
+    return grad_input, grad_weight, grad_bias
+
+
+def _softmax_backward(grad: Any, output: Any, dim: int, input_dtype: Any) -> Any:
+    ops = _ops()
+    return ops.mul(output, ops.sub(grad, ops.sum(ops.mul(grad, output), dim=[dim], keepdim=True)))
+
+
+def _log_softmax_backward(grad: Any, output: Any, dim: int, input_dtype: Any) -> Any:
+    ops = _ops()
+    return ops.sub(grad, ops.mul(ops.exp(output), ops.sum(grad, dim=[dim], keepdim=True)))
+
+
+_NLL_MEAN, _NLL_SUM = 1, 2
+
+
+def _nll_mask(target: Any, ignore_index: int, dtype: Any) -> tuple[Any, Any]:
+    """(target with ignored entries at class 0, 1.0 where counted else 0.0)."""
+    ops = _ops()
+    valid = ops.ne(target, ignore_index)
+    return ops.mul(target, ops.cast(valid, dtype=target.dtype)), ops.cast(valid, dtype=dtype)
+
+
+def _nll_loss_forward(x: Any, target: Any, weight: Any, reduction: int, ignore_index: int) -> tuple:
+    if weight is not None or x.ndim != 2 or reduction not in (_NLL_MEAN, _NLL_SUM):
+        raise _Unmapped("class weights, a non-2d input or reduction='none'")
+    ops = _ops()
+    safe, counted = _nll_mask(target, ignore_index, x.dtype)
+    picked = ops.reshape(ops.gather(x, ops.reshape(safe, shape=[-1, 1]), dim=1), shape=[-1])
+    total = ops.mul(ops.sum(ops.mul(picked, counted)), -1.0)
+    total_weight = ops.sum(counted)
+    return (ops.div(total, total_weight) if reduction == _NLL_MEAN else total), total_weight
+
+
+def _nll_loss_backward(grad: Any, x: Any, target: Any, weight: Any, reduction: int, ignore_index: int,
+                       total_weight: Any) -> Any:
+    if weight is not None or x.ndim != 2 or reduction not in (_NLL_MEAN, _NLL_SUM):
+        raise _Unmapped("class weights, a non-2d input or reduction='none'")
+    ops = _ops()
+    safe, counted = _nll_mask(target, ignore_index, x.dtype)
+    scale = ops.mul(grad, -1.0)
+    if reduction == _NLL_MEAN:
+        scale = ops.div(scale, total_weight)
+    picked = ops.mul(ops.cast(ops.one_hot(safe, num_classes=x.shape[1]), dtype=x.dtype),
+                     ops.reshape(counted, shape=[-1, 1]))
+    return ops.mul(picked, scale)
+
+
+def _threshold_backward(grad: Any, x: Any, threshold: Any) -> Any:
+    ops = _ops()
+    return ops.where(ops.gt(x, threshold), grad, 0.0)
+
+
+def _adaptive_avg_pool2d(x: Any, output_size: Any) -> Any:
+    if list(output_size) != [1, 1]:
+        raise _Unmapped("adaptive average pooling to other than 1x1")
+    return _ops().mean(x, dim=[x.ndim - 2, x.ndim - 1], keepdim=True)
+
+
+def _adaptive_avg_pool2d_backward(grad: Any, x: Any) -> Any:
+    if list(grad.shape[-2:]) != [1, 1]:
+        raise _Unmapped("adaptive average pooling to other than 1x1")
+    ops = _ops()
+    return ops.div(ops.expand(grad, shape=list(x.shape)), float(x.shape[-1] * x.shape[-2]))
+
+
+def _hardswish_backward(grad: Any, x: Any) -> Any:
+    ops = _ops()  # torch's gradient: 0 below -3, x/3 + 1/2 on [-3, 3], 1 above (exact constants only:
+    middle = ops.mul(grad, ops.add(ops.div(x, 3.0), 0.5))  # a scalar may be rounded to float32)
+    return ops.where(ops.lt(x, -3.0), 0.0, ops.where(ops.le(x, 3.0), middle, grad))
+
+
+def _hardsigmoid_backward(grad: Any, x: Any) -> Any:
+    ops = _ops()  # torch's gradient: 1/6 on the open interval (-3, 3), 0 elsewhere; torch's kernels
+    inside = ops.logical_and(ops.gt(x, -3.0), ops.lt(x, 3.0))  # take 1/6 rounded to float32, in float64 too
+    return ops.where(inside, ops.mul(grad, _ONE_SIXTH_FLOAT32), 0.0)
+
+
+_ONE_SIXTH_FLOAT32 = 0.1666666716337204  # float(numpy.float32(1 / 6))
+
+
+def _tanh_backward(grad: Any, output: Any) -> Any:
+    ops = _ops()
+    return ops.mul(grad, ops.sub(1.0, ops.mul(output, output)))
+
+
+def _sigmoid_backward(grad: Any, output: Any) -> Any:
+    ops = _ops()
+    return ops.mul(grad, ops.mul(output, ops.sub(1.0, output)))
+
+
+def _embedding_dense_backward(grad: Any, indices: Any, num_weights: int, padding_idx: int,
+                              scale_grad_by_freq: bool) -> Any:
+    if scale_grad_by_freq:
+        raise _Unmapped("scale_grad_by_freq")
+    import oar
+
+    ops = _ops()
+    width = grad.shape[-1]
+    flat_indices = ops.reshape(indices, shape=[-1])
+    rows = ops.reshape(grad, shape=[-1, width])
+    if padding_idx >= 0:  # the padding row gets no gradient
+        keep = ops.cast(ops.ne(flat_indices, padding_idx), dtype=grad.dtype)
+        rows = ops.mul(rows, ops.reshape(keep, shape=[-1, 1]))
+    return ops.index_add(oar.zeros(num_weights, width, dtype=grad.dtype, device=grad.device), rows, flat_indices, dim=0)
+
+
+def _isneginf(x: Any) -> Any:
+    return _ops().eq(x, float("-inf"))
+
+
+def _all_any_dims(self: Any, dim: Any = None, keepdim: bool = False) -> tuple[tuple, dict]:
+    return (self,), {"dim": _dims(dim), "keepdim": keepdim}
+
+
+def _bool_only(*tensors: Any) -> None:
+    import oar
+
+    if any(not oar.is_tensor(t) or t.dtype != oar.bool for t in tensors):
+        raise _Unmapped("bitwise ops on integers (the Oar logical ops are defined on bool)")
+
+
+def _bitwise_binary(self: Any, other: Any) -> tuple[tuple, dict]:
+    _bool_only(self, other)
+    return (self, other), {}
+
+
+def _bitwise_not(self: Any) -> tuple[tuple, dict]:
+    _bool_only(self)
+    return (self,), {}
+
+
+def _scatter_value(x: Any, dim: int, index: Any, value: Any) -> Any:
+    import oar
+
+    source = oar.full(list(index.shape), value, dtype=x.dtype, device=x.device)
+    return _ops().scatter(x, index, source, dim=dim)
+
+
+def _lerp(start: Any, end: Any, weight: Any) -> Any:
+    ops = _ops()
+    return ops.add(start, ops.mul(ops.sub(end, start), weight))
+
+
+def _addcmul(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
+    ops = _ops()
+    product = ops.mul(a, b)
+    return ops.add(x, product if value == 1 else ops.mul(product, value))
+
+
+def _addcdiv(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
+    ops = _ops()
+    quotient = ops.div(a, b)
+    return ops.add(x, quotient if value == 1 else ops.mul(quotient, value))
+
+
 RENAMED: dict[str, str] = {
     # ATen overload: the Oar op of the same arguments
     "mm.default": "matmul",
@@ -142,7 +416,18 @@ ADAPTED: dict[str, tuple[str, Call]] = {
     "mean.default": ("mean", _reduce_all),
     "amax.default": ("max", _reduce),
     "amin.default": ("min", _reduce),
+    "max.default": ("max", _reduce_all),
+    "min.default": ("min", _reduce_all),
     "argmax.default": ("argmax", _argmax),
+    "bitwise_and.Tensor": ("logical_and", _bitwise_binary),
+    "bitwise_or.Tensor": ("logical_or", _bitwise_binary),
+    "bitwise_not.default": ("logical_not", _bitwise_not),
+    "all.default": ("all", _reduce_all),
+    "all.dim": ("all", _all_any_dims),
+    "all.dims": ("all", _all_any_dims),
+    "any.default": ("any", _reduce_all),
+    "any.dim": ("any", _all_any_dims),
+    "any.dims": ("any", _all_any_dims),
     "var.correction": ("var", _var),
     "_softmax.default": ("softmax", _softmax),
     "_log_softmax.default": ("log_softmax", _softmax),
@@ -157,6 +442,39 @@ ADAPTED: dict[str, tuple[str, Call]] = {
     "triu.default": ("triu", _diagonal_band),
     "gather.default": ("gather", _gather),
     "index_select.default": ("index_select", _index_select),
+}
+
+COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
+    # ATen overload: (the Oar ops it is made of, the composition)
+    "addmm.default": (("matmul", "add", "mul"), _addmm),
+    "convolution_backward_overrideable.default": (("conv2d_backward_input", "conv2d_backward_weight", "sum"),
+                                                  _convolution_backward),
+    "native_layer_norm.default": (("layer_norm", "mean", "var", "rsqrt"), _native_layer_norm),
+    "native_layer_norm_backward.default": (("mul", "sub", "mean", "sum"), _native_layer_norm_backward),
+    "native_batch_norm.default": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"), _native_batch_norm),
+    "_native_batch_norm_legit.default": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"), _native_batch_norm),
+    "_native_batch_norm_legit.no_stats": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"),
+                                          _native_batch_norm_no_stats),
+    "native_batch_norm_backward.default": (("mean", "rsqrt", "mul", "sub", "sum", "reshape"),
+                                           _native_batch_norm_backward),
+    "_softmax_backward_data.default": (("mul", "sub", "sum"), _softmax_backward),
+    "_log_softmax_backward_data.default": (("exp", "mul", "sub", "sum"), _log_softmax_backward),
+    "nll_loss_forward.default": (("gather", "ne", "cast", "sum", "div"), _nll_loss_forward),
+    "nll_loss_backward.default": (("one_hot", "ne", "cast", "mul", "div"), _nll_loss_backward),
+    "threshold_backward.default": (("where", "gt"), _threshold_backward),
+    "_adaptive_avg_pool2d.default": (("mean",), _adaptive_avg_pool2d),
+    "_adaptive_avg_pool2d_backward.default": (("expand", "mul"), _adaptive_avg_pool2d_backward),
+    "hardswish_backward.default": (("where", "lt", "le", "mul", "add"), _hardswish_backward),
+    "hardsigmoid_backward.default": (("where", "gt", "lt", "logical_and", "mul"), _hardsigmoid_backward),
+    "tanh_backward.default": (("mul", "sub"), _tanh_backward),
+    "sigmoid_backward.default": (("mul", "sub"), _sigmoid_backward),
+    "embedding_dense_backward.default": (("index_add", "reshape", "ne", "cast", "mul"), _embedding_dense_backward),
+    "isneginf.default": (("eq",), _isneginf),
+    "scatter.value": (("scatter", "full"), _scatter_value),
+    "lerp.Scalar": (("add", "sub", "mul"), _lerp),
+    "lerp.Tensor": (("add", "sub", "mul"), _lerp),
+    "addcmul.default": (("add", "mul"), _addcmul),
+    "addcdiv.default": (("add", "div", "mul"), _addcdiv),
 }
 
 _ELEMENTWISE_KINDS = ("unary", "binary", "ternary")
@@ -198,6 +516,9 @@ def mapped_ops(opset: oar_opset.OpSet | None = None) -> dict[str, Mapping]:
     for aten, (oar_op, call) in ADAPTED.items():
         if oar_op in names and _aten_overload(aten) is not None:
             table[aten] = Mapping(aten, oar_op, call)
+    for aten, (oar_ops, composed) in COMPOSED.items():
+        if names.issuperset(oar_ops) and _aten_overload(aten) is not None:
+            table[aten] = Mapping(aten, "+".join(oar_ops), _positional, composed)
     return table
 
 

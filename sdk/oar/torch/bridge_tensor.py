@@ -85,9 +85,10 @@ def set_storage(target: torch.Tensor, t: Any) -> None:
         _CPU_KEYS, target, _storage_of(t), t.storage_offset(), tuple(t.shape), tuple(t.strides))
 
 
-def wrap(t: Any) -> torch.Tensor:
-    """The torch tensor on the registered device over an oar.Tensor's storage (no copy)."""
-    result = torch._C._acc.create_empty_tensor((0,), TORCH_DTYPES[t.dtype.name])
+def wrap(t: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The torch tensor on the registered device over an oar.Tensor's storage (no copy); dtype
+    overrides the torch dtype for a byte-compatible empty placeholder (see dispatch._empty)."""
+    result = torch._C._acc.create_empty_tensor((0,), dtype or TORCH_DTYPES[t.dtype.name])
     set_storage(result, t)
     return result
 

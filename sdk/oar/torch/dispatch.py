@@ -8,12 +8,12 @@ import threading
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 
 import oar
 from oar.torch import bridge_tensor as _bt
 from oar.torch import cpu_fallback as _cpu
 from oar.torch.aten_table import Mapping, Unmapped, mapped_ops
+from oar.torch.random_ops import RANDOM_KERNELS
 
 __all__ = ["install_kernels", "native_ops"]
 
@@ -23,6 +23,16 @@ _libraries: list[torch.library.Library] = []  # kept alive: dropping one unregis
 
 def _unwrap_arg(value: Any) -> Any:
     return _bt.unwrap(value) if _bt.is_bridged(value) else value
+
+
+def _unwrap_value(value: Any) -> Any:
+    # ATen arguments nest one level at most (Tensor[], Tensor?[]); torch's tree_map was half of a small
+    # op's time in the bridge (bench/torch_bridge.py's a + b)
+    if isinstance(value, torch.Tensor):
+        return _unwrap_arg(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap_arg(v) for v in value)
+    return value
 
 
 def _wrap_result(value: Any) -> Any:
@@ -37,21 +47,26 @@ def _check_same_device(name: str, args: tuple) -> None:
                                    f"devices, {_bt.device_type()}:0 and {item.device}! (ATen op {name})")
 
 
+def _positional_call(*args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+    return args, kwargs  # a composition takes the ATen arguments as they are
+
+
 def _mapped_kernel(mapping: Mapping, op: Any):
     name = mapping.aten
-    function = getattr(oar.ops, mapping.oar_op)
+    function = mapping.composed or getattr(oar.ops, mapping.oar_op)
+    call = _positional_call if mapping.composed else mapping.call
+    returns_list = bool(op._schema.returns) and str(op._schema.returns[0].type) == "Tensor[]"  # once, not per call
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         _check_same_device(name, args)
-        oar_args = tree_map(_unwrap_arg, args)
-        oar_kwargs = tree_map(_unwrap_arg, kwargs)
+        oar_args = tuple(_unwrap_value(a) for a in args)
+        oar_kwargs = {k: _unwrap_value(v) for k, v in kwargs.items()} if kwargs else kwargs
         try:
-            inputs, attrs = mapping.call(*oar_args, **oar_kwargs)
-        except Unmapped:
-            return _cpu.run_on_cpu(op, args, kwargs)
-        try:
+            inputs, attrs = call(*oar_args, **oar_kwargs)
             with oar.no_grad():
                 result = function(*inputs, **attrs)
+        except Unmapped:
+            return _cpu.run_on_cpu(op, args, kwargs)
         except (oar.OpNotSupportedError, oar.DTypeError) as error:  # the Oar op lacks these dtypes: CPU
             if "OAR_FALLBACK" in str(error) or os.environ.get("OAR_FALLBACK") == "0":
                 raise NotImplementedError(f"ATen op '{name}' (Oar op '{mapping.oar_op}') on device "
@@ -60,11 +75,8 @@ def _mapped_kernel(mapping: Mapping, op: Any):
         except Exception as error:
             raise RuntimeError(f"ATen op '{name}' -> Oar op '{mapping.oar_op}' on device '{_bt.device_type()}' "
                                f"failed: {type(error).__name__}: {error}") from error
-        expected = op._schema.returns[0].type
-        if isinstance(result, (list, tuple)) and str(expected) != "Tensor[]":
-            return tuple(_wrap_result(r) for r in result)
         if isinstance(result, (list, tuple)):
-            return [_wrap_result(r) for r in result]
+            return [_wrap_result(r) for r in result] if returns_list else tuple(_wrap_result(r) for r in result)
         return _wrap_result(result)
 
     return kernel
@@ -84,9 +96,44 @@ def _inplace_kernel(mapping: Mapping, op: Any, functional: Any):
     return kernel
 
 
+def _out_kernel(mapping: Mapping, op: Any, functional: Any, out_names: list[str]):
+    """The out= overload of a mapped op: the functional kernel, its result copied into out (resized)."""
+    compute = _mapped_kernel(mapping, functional)
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        outs = [kwargs.pop(name) for name in out_names]
+        result = compute(*args, **kwargs)
+        results = result if isinstance(result, tuple) else (result,)
+        for target, value in zip(outs, results):
+            if tuple(target.shape) != tuple(value.shape):
+                _resize(target, value.shape)
+            _copy_from(value, target)
+        return tuple(outs) if isinstance(result, tuple) else outs[0]
+
+    return kernel
+
+
+def _out_overload(base: str, overload: str) -> tuple[Any, list[str]] | None:
+    """torch's out= overload of base.overload ("out" or "<overload>_out") and its out argument names."""
+    packet = getattr(torch.ops.aten, base)
+    for name in (("out",) if overload == "default" else (f"{overload}_out",)):
+        candidate = getattr(packet, name, None)
+        if candidate is None:
+            continue
+        outs = [a.name for a in candidate._schema.arguments
+                if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+        if outs:
+            return candidate, outs
+    return None
+
+
 # ---- the ops every backend must give: factories, copies, scalars ----
 
 def _empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    if dtype == torch.uint8 and 0 in size:
+        # batch norm's empty "reserve" buffer: Oar has no uint8, but an empty tensor has no values to read
+        made = oar.empty(*size, dtype=oar.int8, device=_bt.oar_device(None if device is None else device.index))
+        return _bt.wrap(made, torch.uint8)
     made = oar.empty(*size, dtype=_bt.oar_dtype(dtype, "torch.empty"),
                      device=_bt.oar_device(None if device is None else device.index))
     return _bt.wrap(made)
@@ -150,6 +197,19 @@ def _resize(self: torch.Tensor, size, memory_format=None) -> torch.Tensor:
     return self
 
 
+def _arange_start_out(start: Any, end: Any, step: Any = 1, *, out: torch.Tensor) -> torch.Tensor:
+    op = torch.ops.aten.arange.start_out
+    if not all(isinstance(v, int) for v in (start, end, step)) or out.is_floating_point():
+        # torch computes float ranges in double (start + i * step): the CPU keeps those values exact
+        return _cpu.run_on_cpu(op, (start, end, step), {"out": out})
+    values = oar.arange(start, end, step, dtype=_bt.oar_dtype(out.dtype, "torch.arange"), device=_bt.oar_device(0))
+    if tuple(out.shape) != tuple(values.shape):
+        _resize(out, values.shape)
+    with oar.no_grad():
+        _bt.unwrap(out).copy_(values)
+    return out
+
+
 _NATIVE = {
     "empty.memory_format": _empty,
     "empty_strided.default": _empty_strided,
@@ -160,6 +220,8 @@ _NATIVE = {
     "fill_.Tensor": _fill,
     "zero_.default": _zero,
     "resize_.default": _resize,
+    "arange.start_out": _arange_start_out,
+    **RANDOM_KERNELS,
 }
 
 
@@ -213,6 +275,10 @@ def install_kernels() -> None:
         base, overload = name.split(".")
         functional = getattr(getattr(torch.ops.aten, base), overload)
         impl.impl(_registration_name(name), _on_bridge_stream(_mapped_kernel(mapping, functional)), "PrivateUse1")
+        out = _out_overload(base, overload)
+        if out is not None and f"{base}.{out[0]._overloadname}" not in table:
+            impl.impl(f"{base}.{out[0]._overloadname}",
+                      _on_bridge_stream(_out_kernel(mapping, out[0], functional, out[1])), "PrivateUse1")
         inplace = getattr(getattr(torch.ops.aten, base + "_", None), overload, None)
         if inplace is not None and base + "_." + overload not in _NATIVE:
             impl.impl(_registration_name(f"{base}_.{overload}"), _on_bridge_stream(_inplace_kernel(mapping, inplace, functional)), "PrivateUse1")
