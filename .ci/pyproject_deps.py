@@ -1,6 +1,6 @@
 """Print, shell-quoted, what `make` installs into .venv: pyproject.toml's build requirements, its
-dependencies and the optional groups named on the command line (with --only: those groups alone). The pins live in pyproject.toml
-only; the Makefile asks this script for them."""
+dependencies and the optional groups named on the command line (with --only: those groups alone).
+The pins live in pyproject.toml only; the Makefile asks this script for them."""
 
 import shlex
 import sys
