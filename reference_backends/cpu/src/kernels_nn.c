@@ -777,7 +777,7 @@ typedef struct conv_job {
   bool x_direct, grad_direct, out_direct, out_compact;
   int64_t x_ld, grad_ld, out_ld;
   int64_t col_columns;        /* columns of the scratch column matrix */
-  int64_t tile_rows;          /* output rows per column tile (forward, backward weight) */
+  int64_t tile_rows;          /* output rows per column tile */
   char* scratch;              /* chunks x per_chunk bytes */
   size_t per_chunk;
   size_t col_at, block_at, sample_at, partial_at; /* offsets inside a chunk's part */
@@ -999,10 +999,15 @@ static void conv_backward_input_range(void* opaque, int64_t begin, int64_t end, 
         conv_gemm(job->f64, true, false, g->ck, g->spatial, g->group_out, w_group, g->ck, b, ldb,
                   0.0, dx_group, plane);
       } else {
-        conv_gemm(job->f64, true, false, g->ck, g->spatial, g->group_out, w_group, g->ck, b, ldb,
-                  0.0, col, g->spatial);
-        if (job->f64) col2im_add_f64((const double*)col, g, (double*)dx_group);
-        else col2im_add_f32((const float*)col, g, (float*)dx_group);
+        /* col(tile) = W_g^T @ grad_g[:, tile], scattered while in L2 */
+        for (int64_t oh = 0; oh < g->out_h; oh += job->tile_rows) {
+          int64_t oh_end = oh + job->tile_rows < g->out_h ? oh + job->tile_rows : g->out_h;
+          int64_t columns = (oh_end - oh) * g->out_w;
+          conv_gemm(job->f64, true, false, g->ck, columns, g->group_out, w_group, g->ck,
+                    b + oh * g->out_w * size, ldb, 0.0, col, columns);
+          if (job->f64) col2im_add_f64((const double*)col, g, oh, oh_end, (double*)dx_group);
+          else col2im_add_f32((const float*)col, g, oh, oh_end, (float*)dx_group);
+        }
       }
     }
     if (!job->out_compact) nn_unpack(out_sample, dx, 3, sample_shape, out->strides + 1, size);
@@ -1029,7 +1034,8 @@ oar_status refcpu_run_conv2d_backward_input(const kernel_command* cmd) {
   int64_t sample_shape[3] = {g->in_c, g->in_h, g->in_w}, stride = 1;
   job.out_compact = nn_block_is_linear(3, sample_shape, job.out->strides + 1, &stride) && stride == 1;
   int chunks = conv_chunks(g, g->batch, conv_item_cost(g) * (double)g->groups, job.size);
-  job.col_columns = g->spatial;
+  job.tile_rows = conv_tile_rows(g, job.size);
+  job.col_columns = job.tile_rows * g->out_w;
   oar_status status = conv_scratch(op, &job, chunks, !job.pointwise, !job.grad_direct,
                                    !job.out_compact, false);
   if (status == OAR_SUCCESS) nn_parallel_for(g->batch, chunks, conv_backward_input_range, &job);
