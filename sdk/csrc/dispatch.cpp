@@ -268,6 +268,41 @@ PyObject* run(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, Ca
   return finish_outputs(op, dtypes, outputs);
 }
 
+// An input the kernel may read while writing target in place: another storage, or the
+// very elements of target (same offset, strides and shape: each element read then written
+// by the same step of an elementwise kernel).
+bool safe_beside_target(const TensorImpl& input, const TensorImpl& target) {
+  if (input.storage != target.storage) return true;
+  return input.offset == target.offset && input.shape == target.shape && input.strides == target.strides;
+}
+
+bool run_into(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, CallAttrs& attrs, PyObject* target) {
+  bool elementwise = op.kind == OpKind::Unary || op.kind == OpKind::Binary || op.kind == OpKind::Ternary;
+  if (!elementwise || op.num_outputs != 1 || needs_record(inputs, num_inputs)) return false;
+  if (t_launch_observer != nullptr) return false;  // a tracer sees in-place ops as op + copy, as before
+  TensorImpl& out = impl_of(target);
+  if (!out.is_contiguous()) return false;  // outputs are launched as fresh, compact tensors
+  DeviceInfo* device = check_devices(op, inputs, num_inputs);
+  if (device != out.device()) return false;
+  DtypePlan dtypes = promote(op, inputs, num_inputs, attrs);
+  if (dtypes.out != out.dtype || dtypes.result != out.dtype) return false;
+  Operands operands;
+  convert_operands(op, inputs, num_inputs, dtypes.compute, device, operands);
+  InferredShapes shapes;
+  infer_shapes(op, operands.impls, num_inputs, attrs, shapes);
+  if (!(shapes.out[0] == out.shape)) return false;
+  for (size_t k = 0; k < num_inputs; ++k) {
+    const TensorImpl& input = *operands.impls[k];
+    if (shapes.expanded[k] && input.storage == out.storage) return false;  // broadcast reads of target
+    if (!safe_beside_target(input, out)) return false;
+  }
+  Stream& stream = current_stream(device);
+  py::object outputs[1] = {py::reinterpret_borrow<py::object>(target)};
+  launch_kernel(op, device, stream, operands, num_inputs, shapes, outputs, attrs);
+  out.storage->version += 1;
+  return true;
+}
+
 // Creation ops: outputs of a given shape and dtype, no inputs.
 py::object create(const std::string& name, const std::vector<int64_t>& shape, py::handle dtype_value,
                   const std::shared_ptr<Plugin>& plugin, int32_t index, py::dict kwargs) {
@@ -387,6 +422,16 @@ void register_dispatch(py::module_& module) {
     check_no_internal_overlap(impl_of(target.ptr()), what.c_str());
   }, py::arg("target"), py::arg("value"), py::arg("what"),
      "Raise the error of an in-place change autograd cannot record (grad mode on, a tensor requires grad).");
+  module.def("_run_inplace", [](const std::string& name, py::handle target, py::handle value) {
+    if (!is_tensor(target.ptr()) || !(is_tensor(value.ptr()) || scalar_category(value.ptr()) >= 0)) return false;
+    const OpSchema& op = find_op(name);
+    PyObject* inputs[2] = {target.ptr(), value.ptr()};
+    CallAttrs attrs;
+    attrs.use_defaults(op);
+    return run_into(op, inputs, 2, attrs, target.ptr());
+  }, py::arg("op"), py::arg("target"), py::arg("value"),
+     "Run the elementwise op on (target, value) writing target itself; False when that is not safe "
+     "(then nothing ran).");
   module.def("_clear_scalar_cache", &clear_scalar_cache,
              "Drop the cached 0-d tensors of Python numbers (they hold allocator blocks).");
   module.def("_kernel_cache_size", &kernel_cache_size);

@@ -31,6 +31,10 @@ struct CallAttrs;
 
 // Run op on inputs (tensors, numbers, nullptr for absent optional inputs). New reference.
 PyObject* run(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, CallAttrs& attrs);
+// Elementwise ops only: run op writing its one output into target itself, when that
+// is safe (its dtype and shape, no broadcast or partial overlap with an input, no
+// autograd record, no launch observer). False: nothing ran, use run() and copy.
+bool run_into(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, CallAttrs& attrs, PyObject* target);
 PyObject* call_schema(const OpSchema& op, std::initializer_list<PyObject*> inputs, PyObject* kwargs);
 PyObject* cast_to(PyObject* x, ScalarType dtype);  // the cast op, recorded. New reference.
 PyObject* contiguous_copy(PyObject* x);            // the copy op, recorded. New reference.

@@ -45,6 +45,16 @@ PyObject* inplace(const char* name, PyObject* self, PyObject* other) {
     inplace_grad_error(name);
   }
   check_no_internal_overlap(target, name);
+  {
+    const OpSchema& op = lookup_cached(name);
+    PyObject* inputs[2] = {self, other};
+    CallAttrs attrs;
+    attrs.use_defaults(op);
+    if (run_into(op, inputs, 2, attrs, self)) {  // the kernel wrote target itself
+      Py_INCREF(self);
+      return self;
+    }
+  }
   py::object result = py::reinterpret_steal<py::object>(binary(name, self, other));
   if (!result) throw py::error_already_set();
   ScalarType type = impl_of(result.ptr()).dtype;

@@ -334,18 +334,28 @@ class Tensor(_C.TensorBase):
 
     def add_(self, other: Any, alpha: Any = 1) -> "Tensor":
         _C._check_inplace(self, other, "add_")
-        return self._store_inplace(self + (other if alpha == 1 else other * alpha), "add_")
+        value = (other if alpha == 1 else other * alpha)
+        if _C._run_inplace("add", self, value):  # the kernel wrote self
+            return self
+        return self._store_inplace(self + value, "add_")
 
     def sub_(self, other: Any, alpha: Any = 1) -> "Tensor":
         _C._check_inplace(self, other, "sub_")
-        return self._store_inplace(self - (other if alpha == 1 else other * alpha), "sub_")
+        value = (other if alpha == 1 else other * alpha)
+        if _C._run_inplace("sub", self, value):  # the kernel wrote self
+            return self
+        return self._store_inplace(self - value, "sub_")
 
     def mul_(self, other: Any) -> "Tensor":
         _C._check_inplace(self, other, "mul_")
+        if _C._run_inplace("mul", self, other):  # the kernel wrote self
+            return self
         return self._store_inplace(self * other, "mul_")
 
     def div_(self, other: Any) -> "Tensor":
         _C._check_inplace(self, other, "div_")
+        if _C._run_inplace("div", self, other):  # the kernel wrote self
+            return self
         return self._store_inplace(self / other, "div_")
 
     def clamp_(self, min: Any = None, max: Any = None) -> "Tensor":  # noqa: A002

@@ -322,4 +322,20 @@ REFCPU_ALWAYS_INLINE float refcpu_erfcf(float x) {
   return x < 0 ? 2.0f - r : r;
 }
 
+/* erf within 2.5 ulp (2.4 measured on 2M points of [-6, 6]): Cephes' odd polynomial x P(x^2) below |x| = 1, 1 - erfc
+   above (erfc < 0.16 there, so its 4e-7 relative error is under an ulp of
+   erf), exactly +-1 past |x| = 4 (erfc < 2^-26). Vectorizable. */
+REFCPU_ALWAYS_INLINE float refcpu_erff(float x) {
+  float a = x < 0 ? -x : x;
+  float z = x * x;
+  float small = x * ((((((7.853861353153693e-5f * z - 8.010193625184903e-4f) * z + 5.188327685732524e-3f) * z -
+                        2.685381193529856e-2f) * z + 1.128358514861418e-1f) * z - 3.761262582423300e-1f) * z +
+                     1.128379165726710f);
+  float clamped = a > 4.0f ? 4.0f : (a < 1.0f ? 1.0f : a); /* erfc computed for every lane, then selected */
+  float tail = 1.0f - refcpu_erfcf(clamped);
+  tail = a > 4.0f ? 1.0f : tail;
+  tail = x < 0 ? -tail : tail;
+  return a < 1.0f || x != x ? small : tail;
+}
+
 #endif /* OAR_REFCPU_KERNELS_H_ */

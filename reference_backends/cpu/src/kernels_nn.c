@@ -743,12 +743,27 @@ static void conv_gemm(bool f64, bool trans_a, bool trans_b, int64_t m, int64_t n
                       (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)ldc);
 }
 
+/* The column matrix of output rows [oh_begin, oh_end) of one sample and group. */
 static void conv_im2col(bool f64, const char* x, const tensor_view* view, const conv_geometry* g,
-                        char* col) {
+                        int64_t oh_begin, int64_t oh_end, char* col) {
   if (f64)
-    im2col_f64((const double*)x, view->strides[1], view->strides[2], view->strides[3], g, (double*)col);
+    im2col_f64((const double*)x, view->strides[1], view->strides[2], view->strides[3], g, oh_begin, oh_end,
+               (double*)col);
   else
-    im2col_f32((const float*)x, view->strides[1], view->strides[2], view->strides[3], g, (float*)col);
+    im2col_f32((const float*)x, view->strides[1], view->strides[2], view->strides[3], g, oh_begin, oh_end,
+               (float*)col);
+}
+
+/* Column tiles of about this many bytes stay in L2 between im2col writing
+   them and the gemm reading them (a whole sample's columns often do not). */
+#define CONV_TILE_BYTES ((int64_t)1 << 20)
+
+/* Output rows per column tile: at least one, all when the sample fits. */
+static int64_t conv_tile_rows(const conv_geometry* g, int size) {
+  int64_t row_bytes = g->ck * g->out_w * size;
+  int64_t rows = row_bytes > 0 ? CONV_TILE_BYTES / row_bytes : g->out_h;
+  if (rows < 1) rows = 1;
+  return rows < g->out_h ? rows : g->out_h;
 }
 
 /* One conv launch: geometry, operands as BLAS reads them, per-chunk scratch. */
@@ -761,6 +776,8 @@ typedef struct conv_job {
   bool pointwise;             /* x is its own column matrix (1x1, stride 1, no padding) */
   bool x_direct, grad_direct, out_direct, out_compact;
   int64_t x_ld, grad_ld, out_ld;
+  int64_t col_columns;        /* columns of the scratch column matrix */
+  int64_t tile_rows;          /* output rows per column tile */
   char* scratch;              /* chunks x per_chunk bytes */
   size_t per_chunk;
   size_t col_at, block_at, sample_at, partial_at; /* offsets inside a chunk's part */
@@ -774,7 +791,7 @@ static oar_status conv_scratch(const char* op, conv_job* job, int chunks, bool c
   const conv_geometry* g = &job->g;
   size_t size = (size_t)job->size, at = 0;
   job->col_at = at;
-  at += col ? (size_t)(g->ck * g->spatial) * size : 0;
+  at += col ? (size_t)(g->ck * job->col_columns) * size : 0;
   job->block_at = at;
   at += block ? (size_t)(g->group_out * g->spatial) * size : 0;
   job->sample_at = at;
@@ -859,15 +876,20 @@ static void conv_forward_range(void* opaque, int64_t begin, int64_t end, int chu
       if (!bias)
         for (int64_t o = 0; o < g->group_out; o++) memset(c + o * ldc * size, 0, (size_t)(g->spatial * size));
     } else {
-      const char* b = x_block;
-      int64_t ldb = job->x_ld;
-      if (!job->x_direct) {
-        conv_im2col(job->f64, x_block, x, g, col);
-        b = col;
-        ldb = g->spatial;
+      const char* w_group = job->w + group * g->group_out * g->ck * size;
+      if (job->x_direct) {
+        conv_gemm(job->f64, false, false, g->group_out, g->spatial, g->ck, w_group, g->ck, x_block, job->x_ld,
+                  beta, c, ldc);
+      } else {
+        /* out_g[:, tile] = W_g @ col(tile), one L2-sized tile of output rows at a time */
+        for (int64_t oh = 0; oh < g->out_h; oh += job->tile_rows) {
+          int64_t oh_end = oh + job->tile_rows < g->out_h ? oh + job->tile_rows : g->out_h;
+          int64_t columns = (oh_end - oh) * g->out_w;
+          conv_im2col(job->f64, x_block, x, g, oh, oh_end, col);
+          conv_gemm(job->f64, false, false, g->group_out, columns, g->ck, w_group, g->ck, col, columns, beta,
+                    c + oh * g->out_w * size, ldc);
+        }
       }
-      conv_gemm(job->f64, false, false, g->group_out, g->spatial, g->ck,
-                job->w + group * g->group_out * g->ck * size, g->ck, b, ldb, beta, c, ldc);
     }
     if (!job->out_direct) {
       int64_t shape[3] = {g->group_out, g->out_h, g->out_w};
@@ -912,6 +934,8 @@ oar_status refcpu_run_conv2d(const kernel_command* cmd) {
   job.out_direct = channel_matrix_ld(job.out, g->group_out, &job.out_ld);
   int64_t items = g->batch * g->groups;
   int chunks = conv_chunks(g, items, conv_item_cost(g), job.size);
+  job.tile_rows = conv_tile_rows(g, job.size);
+  job.col_columns = job.tile_rows * g->out_w;
   oar_status status = conv_scratch(op, &job, chunks, !job.x_direct && g->ck > 0, !job.out_direct, false, false);
   if (status == OAR_SUCCESS) nn_parallel_for(items, chunks, conv_forward_range, &job);
   free(job.scratch);
@@ -975,10 +999,15 @@ static void conv_backward_input_range(void* opaque, int64_t begin, int64_t end, 
         conv_gemm(job->f64, true, false, g->ck, g->spatial, g->group_out, w_group, g->ck, b, ldb,
                   0.0, dx_group, plane);
       } else {
-        conv_gemm(job->f64, true, false, g->ck, g->spatial, g->group_out, w_group, g->ck, b, ldb,
-                  0.0, col, g->spatial);
-        if (job->f64) col2im_add_f64((const double*)col, g, (double*)dx_group);
-        else col2im_add_f32((const float*)col, g, (float*)dx_group);
+        /* col(tile) = W_g^T @ grad_g[:, tile], scattered while in L2 */
+        for (int64_t oh = 0; oh < g->out_h; oh += job->tile_rows) {
+          int64_t oh_end = oh + job->tile_rows < g->out_h ? oh + job->tile_rows : g->out_h;
+          int64_t columns = (oh_end - oh) * g->out_w;
+          conv_gemm(job->f64, true, false, g->ck, columns, g->group_out, w_group, g->ck,
+                    b + oh * g->out_w * size, ldb, 0.0, col, columns);
+          if (job->f64) col2im_add_f64((const double*)col, g, oh, oh_end, (double*)dx_group);
+          else col2im_add_f32((const float*)col, g, oh, oh_end, (float*)dx_group);
+        }
       }
     }
     if (!job->out_compact) nn_unpack(out_sample, dx, 3, sample_shape, out->strides + 1, size);
@@ -1005,6 +1034,8 @@ oar_status refcpu_run_conv2d_backward_input(const kernel_command* cmd) {
   int64_t sample_shape[3] = {g->in_c, g->in_h, g->in_w}, stride = 1;
   job.out_compact = nn_block_is_linear(3, sample_shape, job.out->strides + 1, &stride) && stride == 1;
   int chunks = conv_chunks(g, g->batch, conv_item_cost(g) * (double)g->groups, job.size);
+  job.tile_rows = conv_tile_rows(g, job.size);
+  job.col_columns = job.tile_rows * g->out_w;
   oar_status status = conv_scratch(op, &job, chunks, !job.pointwise, !job.grad_direct,
                                    !job.out_compact, false);
   if (status == OAR_SUCCESS) nn_parallel_for(g->batch, chunks, conv_backward_input_range, &job);
@@ -1060,15 +1091,20 @@ static void conv_backward_weight_range(void* opaque, int64_t begin, int64_t end,
         a = block;
         lda = g->spatial;
       }
-      const char* b = x_block;
-      int64_t ldb = job->x_ld;
-      if (!job->x_direct) {
-        conv_im2col(job->f64, x_block, x, g, col);
-        b = col;
-        ldb = g->spatial;
+      char* dw_group = dw + group * g->group_out * g->ck * size;
+      if (job->x_direct) {
+        conv_gemm(job->f64, false, true, g->group_out, g->ck, g->spatial, a, lda, x_block, job->x_ld,
+                  n == begin ? 0.0 : 1.0, dw_group, g->ck);
+        continue;
       }
-      conv_gemm(job->f64, false, true, g->group_out, g->ck, g->spatial, a, lda, b, ldb,
-                n == begin ? 0.0 : 1.0, dw + group * g->group_out * g->ck * size, g->ck);
+      /* dW_g += grad_g[:, tile] @ col(tile)^T, one L2-sized tile of output rows at a time */
+      for (int64_t oh = 0; oh < g->out_h; oh += job->tile_rows) {
+        int64_t oh_end = oh + job->tile_rows < g->out_h ? oh + job->tile_rows : g->out_h;
+        int64_t columns = (oh_end - oh) * g->out_w;
+        conv_im2col(job->f64, x_block, x, g, oh, oh_end, col);
+        conv_gemm(job->f64, false, true, g->group_out, g->ck, columns, a + oh * g->out_w * size, lda, col,
+                  columns, n == begin && oh == 0 ? 0.0 : 1.0, dw_group, g->ck);
+      }
     }
 }
 
@@ -1093,6 +1129,8 @@ oar_status refcpu_run_conv2d_backward_weight(const kernel_command* cmd) {
   job.grad_direct = channel_matrix_ld(job.grad, g->group_out, &job.grad_ld);
   int chunks = conv_chunks(g, g->batch, conv_item_cost(g) * (double)g->groups, job.size);
   job.chunks_used = chunks_used(g->batch, chunks);
+  job.tile_rows = conv_tile_rows(g, job.size);
+  job.col_columns = job.tile_rows * g->out_w;
   bool partials = !(job.chunks_used == 1 && job.out_compact);
   oar_status status = conv_scratch(op, &job, chunks, !job.x_direct, !job.grad_direct, false, partials);
   if (status == OAR_SUCCESS) {

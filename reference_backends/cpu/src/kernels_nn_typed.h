@@ -292,11 +292,12 @@ static void NN_FN(avg_pool_backward_plane)(const pool_geometry* g, const NN_FN(p
 
 /* ---- convolution: im2col / col2im over one sample and group ------------------------ */
 
-/* col [ck, out_h * out_w] (row (c * k_h + i) * k_w + j) from the group's input
-   channels x (element strides c_stride, h_stride, w_stride); padding reads 0. */
+/* col [ck, (oh_end - oh_begin) * out_w] (row (c * k_h + i) * k_w + j) for the
+   output rows [oh_begin, oh_end) from the group's input channels x (element
+   strides c_stride, h_stride, w_stride); padding reads 0. */
 static void NN_FN(im2col)(const NN_T* x, int64_t c_stride, int64_t h_stride, int64_t w_stride,
-                          const conv_geometry* g, NN_T* restrict col) {
-  int64_t out_w = g->out_w, spatial = g->out_h * g->out_w;
+                          const conv_geometry* g, int64_t oh_begin, int64_t oh_end, NN_T* restrict col) {
+  int64_t out_w = g->out_w, spatial = (oh_end - oh_begin) * g->out_w;
   for (int64_t c = 0; c < g->group_in; c++)
     for (int64_t i = 0; i < g->k_h; i++)
       for (int64_t j = 0; j < g->k_w; j++) {
@@ -304,8 +305,8 @@ static void NN_FN(im2col)(const NN_T* x, int64_t c_stride, int64_t h_stride, int
         int64_t begin, end;
         conv_valid_range(g, j, &begin, &end);
         int64_t w_shift = j * g->dilation[1] - g->padding[1];
-        for (int64_t oh = 0; oh < g->out_h; oh++) {
-          NN_T* target = row + oh * out_w;
+        for (int64_t oh = oh_begin; oh < oh_end; oh++) {
+          NN_T* target = row + (oh - oh_begin) * out_w;
           int64_t h = oh * g->stride[0] - g->padding[0] + i * g->dilation[0];
           if (h < 0 || h >= g->in_h) {
             for (int64_t ow = 0; ow < out_w; ow++) target[ow] = 0;
@@ -324,9 +325,11 @@ static void NN_FN(im2col)(const NN_T* x, int64_t c_stride, int64_t h_stride, int
       }
 }
 
-/* dx [group_in, in_h, in_w] (compact) += the columns of col, the adjoint of im2col. */
-static void NN_FN(col2im_add)(const NN_T* restrict col, const conv_geometry* g, NN_T* restrict dx) {
-  int64_t out_w = g->out_w, spatial = g->out_h * g->out_w, plane = g->in_h * g->in_w;
+/* dx [group_in, in_h, in_w] (compact) += the columns of col (output rows
+   [oh_begin, oh_end), as im2col lays them out), the adjoint of im2col. */
+static void NN_FN(col2im_add)(const NN_T* restrict col, const conv_geometry* g, int64_t oh_begin, int64_t oh_end,
+                              NN_T* restrict dx) {
+  int64_t out_w = g->out_w, spatial = (oh_end - oh_begin) * g->out_w, plane = g->in_h * g->in_w;
   for (int64_t c = 0; c < g->group_in; c++)
     for (int64_t i = 0; i < g->k_h; i++)
       for (int64_t j = 0; j < g->k_w; j++) {
@@ -334,11 +337,11 @@ static void NN_FN(col2im_add)(const NN_T* restrict col, const conv_geometry* g, 
         int64_t begin, end;
         conv_valid_range(g, j, &begin, &end);
         int64_t w_shift = j * g->dilation[1] - g->padding[1];
-        for (int64_t oh = 0; oh < g->out_h; oh++) {
+        for (int64_t oh = oh_begin; oh < oh_end; oh++) {
           int64_t h = oh * g->stride[0] - g->padding[0] + i * g->dilation[0];
           if (h < 0 || h >= g->in_h) continue;
           NN_T* target = dx + c * plane + h * g->in_w;
-          const NN_T* source = row + oh * out_w;
+          const NN_T* source = row + (oh - oh_begin) * out_w;
           if (g->stride[1] == 1) {
             for (int64_t ow = begin; ow < end; ow++) target[ow + w_shift] += source[ow];
           } else {
