@@ -1098,6 +1098,24 @@ LOWERINGS["MaxPool"] = _pool("max")
 LOWERINGS["AveragePool"] = _pool("avg")
 
 
+@lowering("LRN")
+def _lower_lrn(ctx, attrs, inputs):
+    """y = x / (bias + alpha / size * (sum of x^2 over `size` neighbouring channels)) ** beta."""
+    x = ctx.t(inputs[0])
+    size = int(attrs["size"])
+    alpha, beta, bias = attrs.get("alpha", 1e-4), attrs.get("beta", 0.75), attrs.get("bias", 1.0)
+    shape = list(x.shape)
+    wide = _wide(x)
+    # channels become the pooled height of a one-channel image: an average over `size` zero-padded
+    # channels is alpha / size times the sum ONNX asks for, divided by alpha
+    squares = O.reshape(O.mul(wide, wide), shape=[shape[0], 1, shape[1], math.prod(shape[2:])])
+    before = (size - 1) // 2
+    padded = _pad_spatial(ctx, squares, [before, 0], [size - 1 - before, 0], 0.0)
+    window = O.avg_pool2d(padded, kernel_size=[size, 1], stride=[1, 1])
+    scale = O.pow(O.add(O.mul(window, float(alpha)), float(bias)), float(beta))
+    return [_narrow(O.div(wide, O.reshape(scale, shape=shape)), _dt(x))]
+
+
 @lowering("GlobalAveragePool", "GlobalMaxPool")
 def _lower_global_pool(ctx, attrs, inputs):
     x = ctx.t(inputs[0])
