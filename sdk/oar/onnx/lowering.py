@@ -1031,10 +1031,10 @@ def _lower_conv(ctx, attrs, inputs):
     if n_spatial == 1:
         x, w = _to_2d(x, 1), _to_2d(w, 1)
         strides, dilations, begin = [1] + strides, [1] + dilations, [0] + begin
-    y = _float_math(lambda a, b: O.conv2d(a, b, None, stride=strides, padding=begin, dilation=dilations,
-                                          groups=attrs.get("group", 1)))(x, w)
-    if bias is not None:
-        y = O.add(y, O.reshape(bias, shape=[1, bias.shape[0], 1, 1]))
+    # the bias goes into conv2d itself: one launch, not a second pass over the output
+    y = _float_math(lambda a, b, c=None: O.conv2d(a, b, c, stride=strides, padding=begin, dilation=dilations,
+                                                  groups=attrs.get("group", 1)))(*([x, w] if bias is None
+                                                                                  else [x, w, bias]))
     if n_spatial == 1:
         y = O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]])
     return [y]
