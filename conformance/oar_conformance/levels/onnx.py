@@ -12,11 +12,9 @@ onnx's defaults rtol 1e-3, atol 1e-7; NaN where NaN is expected). A model oar.on
 
 from __future__ import annotations
 
-import numpy as np
-
-from oar_conformance.levels.onnx_cases import node_cases
+from oar_conformance.levels.onnx_cases import as_array, compare, node_cases, one_case_per_op_type
 from oar_conformance.levels.runtime_session import RuntimeContext, open_session  # noqa: F401
-from oar_conformance.registry import PASS, Failure, Skip, conformance_test
+from oar_conformance.registry import PASS, Skip, conformance_test
 
 DESCRIPTION = "the ONNX backend node test cases of the installed onnx package through oar.onnx"
 SESSION_KIND = "runtime"
@@ -28,41 +26,9 @@ def test_id(op_type: str, name: str) -> str:
     return f"onnx.{op_type.lower()}.{case.lower()}"
 
 
-def compare(name: str, got, want, rtol: float, atol: float) -> None:
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-        raise Failure(f"{name}: shape {list(got.shape)}, expected {list(want.shape)}")
-    if want.dtype.kind in "fc" or "float" in want.dtype.name:  # ml_dtypes' bfloat16 has kind "V"
-        got_f, want_f = got.astype(np.float64), want.astype(np.float64)
-        both_nan = np.isnan(got_f) & np.isnan(want_f)
-        close = np.isclose(got_f, want_f, rtol=rtol, atol=atol, equal_nan=True) | both_nan
-    else:
-        close = got == want
-    if not np.all(close):
-        bad = int(np.size(close) - np.count_nonzero(close))
-        first = np.argwhere(~np.asarray(close))[0].tolist() if np.ndim(close) else []
-        raise Failure(f"{name}: {bad} of {np.size(close)} elements differ (rtol {rtol}, atol {atol}); "
-                      f"first at {first}: got {got[tuple(first)] if first else got}, "
-                      f"expected {want[tuple(first)] if first else want}")
-
-
 def quick_ids(test_ids: list[str]) -> list[str]:
-    """The quick tier: one case per ONNX op type, the one with the shortest id (the plain case, such as
-    onnx.add.add, where there is one), ties broken alphabetically; deterministic for an onnx version."""
-    chosen: dict[str, str] = {}
-    for identifier in test_ids:
-        op_type = identifier.split(".")[1]
-        best = chosen.get(op_type)
-        if best is None or (len(identifier), identifier) < (len(best), best):
-            chosen[op_type] = identifier
-    return sorted(chosen.values())
-
-
-def as_array(value):
-    """A data set value as numpy: onnx keeps some (the Cast cases') as TensorProto."""
-    from onnx import TensorProto, numpy_helper
-
-    return numpy_helper.to_array(value) if isinstance(value, TensorProto) else value
+    """The quick tier: one case per ONNX op type (onnx_cases.one_case_per_op_type)."""
+    return one_case_per_op_type(test_ids)
 
 
 def _make_test(case):

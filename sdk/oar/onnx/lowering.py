@@ -795,7 +795,9 @@ def _lower_space_to_depth(ctx, attrs, inputs):
     b = attrs["blocksize"]
     n, c, h, w = x.shape
     y = O.reshape(x, shape=[n, c, h // b, b, w // b, b])
-    y = O.permute(y, dims=[0, 3, 5, 1, 2, 4])
+    # DCR: the block offset is the outer part of the new channel; CRD (opset 24): the inner part
+    dims = [0, 3, 5, 1, 2, 4] if attrs.get("mode", "DCR") == "DCR" else [0, 1, 3, 5, 2, 4]
+    y = O.permute(y, dims=dims)
     return [O.reshape(y, shape=[n, c * b * b, h // b, w // b])]
 
 
