@@ -1,10 +1,12 @@
 """oar.onnx inference latency beside onnxruntime on the CPU in the same run: a ResNet-50-shaped CNN
 (batch 1, 224x224) and a BERT-base-shaped encoder (seq 128), compiled and op by op; random weights.
 
-    python bench/onnx_latency.py [--device npu] [--repeats 7] [--small]
+    python bench/onnx_latency.py [--device npu] [--repeats 7] [--small] [--profile]
 
 (--small: a few blocks and layers instead of the full depth, for a quick look.) The figure is the
 median latency of one run() (numpy in, numpy out); targets: oar / onnxruntime <= 1.5.
+--profile: instead, where the ResNet-50 op-by-op time goes (oar.profiler): the kernels by device time,
+conv2d's share, and the host time per ONNX node outside the kernels (executor overhead).
 """
 
 from __future__ import annotations
@@ -95,7 +97,42 @@ def bench(name: str, data: bytes, feeds: dict, device: str, repeats: int) -> boo
     return met
 
 
+def profile_cnn(data: bytes, feeds: dict, device: str, repeats: int) -> None:
+    """Op by op, after warm-up: the median wall time, then one run under oar.profiler with its kernel
+    table and its wall time split into kernels (conv2d apart) and the rest (executor, launches).
+    (A compiled session replays a captured plan, whose kernels the profiler does not list.)"""
+    import time
+
+    import oar
+    import oar.onnx
+
+    session = oar.onnx.InferenceSession(data, device=device, compile=False)
+    for _ in range(3):
+        session.run(None, feeds)
+    walls = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        walls.append(time.perf_counter() - start)
+    with oar.profiler.profile() as prof:
+        start = time.perf_counter()
+        session.run(None, feeds)
+        profiled = time.perf_counter() - start
+    averages = prof.key_averages()
+    device_ms = averages.total_device_ns / 1e6
+    conv_ms = sum(row.device_ns for row in averages if row.name.startswith("conv")) / 1e6
+    host_ms = sum(row.host_ns for row in averages) / 1e6
+    nodes = len(session._graph.nodes)
+    print(f"ResNet-50 op by op: wall {np.median(walls) * 1e3:.1f} ms (median of {repeats}); the profiled run: "
+          f"wall {profiled * 1e3:.1f} ms, kernels {device_ms:.1f} ms ({100 * device_ms / (profiled * 1e3):.0f}%), "
+          f"of which conv2d {conv_ms:.1f} ms ({100 * conv_ms / (profiled * 1e3):.0f}% of wall); launches' host "
+          f"time {host_ms:.1f} ms; {nodes} ONNX nodes, {sum(row.count for row in averages)} launches")
+    print(averages.table(sort_by="device_time", row_limit=8))
+
+
 def main() -> int:
+    profiling = "--profile" in sys.argv
+    sys.argv = [a for a in sys.argv if a != "--profile"]
     sys.argv, small = [a for a in sys.argv if a != "--small"], "--small" in sys.argv
     args = parse_args(__doc__.splitlines()[0])
     device = str(select_device(args))
@@ -103,6 +140,9 @@ def main() -> int:
     met = True
     cnn = resnet50((1, 1, 1, 1) if small else (3, 4, 6, 3))
     image = torch.randn(1, 3, 224, 224)
+    if profiling:
+        profile_cnn(export(cnn, (image,), ["x"]), {"x": image.numpy()}, device, args.repeats)
+        return 0
     met &= bench("ResNet-50 b1 224" + (" (small)" if small else ""), export(cnn, (image,), ["x"]),
                  {"x": image.numpy()}, device, args.repeats)
     ids = torch.randint(0, 30522, (1, 128))

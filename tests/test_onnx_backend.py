@@ -27,6 +27,7 @@ SAMPLE = [
     "test_cast_FLOAT_to_DOUBLE", "test_shape_start_1", "test_range_float_type_positive_delta",
     "test_constantofshape_int_zeros", "test_if", "test_loop11", "test_scan9_sum", "test_attention_4d_causal",
     "test_nllloss_NCd1d2_with_weight_reduction_mean", "test_sce_mean_weight", "test_round", "test_floor",
+    "test_lrn", "test_spacetodepth_example", "test_spacetodepth_crd_mode_example",
 ]
 
 

@@ -1,4 +1,5 @@
-"""Selecting tests: levels, the quick tier (a frozen list in quick.txt), a regular expression."""
+"""Selecting tests: levels, the quick tier (a frozen list in quick.txt, or a level's own
+``quick_ids``), a regular expression."""
 
 from __future__ import annotations
 
@@ -29,9 +30,13 @@ def select(level_names: list[str], *, quick: bool = False, pattern: str | None =
             regex = re.compile(pattern)
         except re.error as error:
             raise ValueError(f"--filter {pattern!r} is not a regular expression: {error}") from error
-    wanted = set(quick_ids()) if quick else None
+    frozen = set(quick_ids()) if quick else None
     selected = []
     for name in level_names:
+        wanted = frozen
+        sample = getattr(levels.load(name), "quick_ids", None)
+        if quick and sample is not None:  # a generated level samples its own quick tier
+            wanted = set(sample([test.id for test in REGISTRY.tests(name)]))
         for test in REGISTRY.tests(name):
             if wanted is not None and test.id not in wanted:
                 continue

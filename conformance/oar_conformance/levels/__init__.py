@@ -13,6 +13,7 @@ when imported, and defines:
   test; returns an object with ``context(test)`` (the argument a test gets; it
   has ``close()``, run after the test whatever happened) and ``close()``;
 - ``NOTE`` (optional): why the level has no tests, shown in every report;
+- ``quick_ids(test_ids)`` (optional): the level's ``--quick`` sample of its test ids (else quick.txt);
 - ``report_extras(results)`` (optional): level-specific report data built from
   the results' details in the parent process (the ops matrix, loss curves).
 """

@@ -7,16 +7,14 @@ onnx's defaults rtol 1e-3, atol 1e-7; NaN where NaN is expected). A model oar.on
 (an op without a lowering, a dtype Oar lacks) is reported at load time and counts as *not supported*
 (a skip whose reason starts "not supported"). The report carries a per-ONNX-op scoreboard
 (passed / failed / not supported) and the pass rate over all cases. The level is opt-in
-(``--level onnx``; not part of ``all``).
+(``--level onnx``; not part of ``all``). ``--quick`` runs one case per ONNX op type (see quick_ids).
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from oar_conformance.levels.onnx_cases import node_cases
+from oar_conformance.levels.onnx_cases import as_array, compare, node_cases, one_case_per_op_type
 from oar_conformance.levels.runtime_session import RuntimeContext, open_session  # noqa: F401
-from oar_conformance.registry import PASS, Failure, Skip, conformance_test
+from oar_conformance.registry import PASS, Skip, conformance_test
 
 DESCRIPTION = "the ONNX backend node test cases of the installed onnx package through oar.onnx"
 SESSION_KIND = "runtime"
@@ -28,22 +26,9 @@ def test_id(op_type: str, name: str) -> str:
     return f"onnx.{op_type.lower()}.{case.lower()}"
 
 
-def compare(name: str, got, want, rtol: float, atol: float) -> None:
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-        raise Failure(f"{name}: shape {list(got.shape)}, expected {list(want.shape)}")
-    if want.dtype.kind in "fc":
-        got_f, want_f = got.astype(np.float64), want.astype(np.float64)
-        both_nan = np.isnan(got_f) & np.isnan(want_f)
-        close = np.isclose(got_f, want_f, rtol=rtol, atol=atol, equal_nan=True) | both_nan
-    else:
-        close = got == want
-    if not np.all(close):
-        bad = int(np.size(close) - np.count_nonzero(close))
-        first = np.argwhere(~np.asarray(close))[0].tolist() if np.ndim(close) else []
-        raise Failure(f"{name}: {bad} of {np.size(close)} elements differ (rtol {rtol}, atol {atol}); "
-                      f"first at {first}: got {got[tuple(first)] if first else got}, "
-                      f"expected {want[tuple(first)] if first else want}")
+def quick_ids(test_ids: list[str]) -> list[str]:
+    """The quick tier: one case per ONNX op type (onnx_cases.one_case_per_op_type)."""
+    return one_case_per_op_type(test_ids)
 
 
 def _make_test(case):
@@ -61,6 +46,7 @@ def _make_test(case):
         names = [arg.name for arg in session.get_inputs()]
         outputs = [arg.name for arg in session.get_outputs()]
         for index, (inputs, expected) in enumerate(data["data_sets"]):
+            inputs, expected = [as_array(v) for v in inputs], [as_array(v) for v in expected]
             try:
                 got = session.run(None, dict(zip(names, inputs)))
             except oar.onnx.OnnxUnsupportedError as error:

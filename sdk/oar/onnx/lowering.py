@@ -795,7 +795,9 @@ def _lower_space_to_depth(ctx, attrs, inputs):
     b = attrs["blocksize"]
     n, c, h, w = x.shape
     y = O.reshape(x, shape=[n, c, h // b, b, w // b, b])
-    y = O.permute(y, dims=[0, 3, 5, 1, 2, 4])
+    # DCR: the block offset is the outer part of the new channel; CRD (opset 24): the inner part
+    dims = [0, 3, 5, 1, 2, 4] if attrs.get("mode", "DCR") == "DCR" else [0, 1, 3, 5, 2, 4]
+    y = O.permute(y, dims=dims)
     return [O.reshape(y, shape=[n, c * b * b, h // b, w // b])]
 
 
@@ -1031,10 +1033,10 @@ def _lower_conv(ctx, attrs, inputs):
     if n_spatial == 1:
         x, w = _to_2d(x, 1), _to_2d(w, 1)
         strides, dilations, begin = [1] + strides, [1] + dilations, [0] + begin
-    y = _float_math(lambda a, b: O.conv2d(a, b, None, stride=strides, padding=begin, dilation=dilations,
-                                          groups=attrs.get("group", 1)))(x, w)
-    if bias is not None:
-        y = O.add(y, O.reshape(bias, shape=[1, bias.shape[0], 1, 1]))
+    # the bias goes into conv2d itself: one launch, not a second pass over the output
+    y = _float_math(lambda a, b, c=None: O.conv2d(a, b, c, stride=strides, padding=begin, dilation=dilations,
+                                                  groups=attrs.get("group", 1)))(*([x, w] if bias is None
+                                                                                  else [x, w, bias]))
     if n_spatial == 1:
         y = O.reshape(y, shape=[y.shape[0], y.shape[1], y.shape[3]])
     return [y]
@@ -1096,6 +1098,24 @@ def _pool(kind):
 
 LOWERINGS["MaxPool"] = _pool("max")
 LOWERINGS["AveragePool"] = _pool("avg")
+
+
+@lowering("LRN")
+def _lower_lrn(ctx, attrs, inputs):
+    """y = x / (bias + alpha / size * (sum of x^2 over `size` neighbouring channels)) ** beta."""
+    x = ctx.t(inputs[0])
+    size = int(attrs["size"])
+    alpha, beta, bias = attrs.get("alpha", 1e-4), attrs.get("beta", 0.75), attrs.get("bias", 1.0)
+    shape = list(x.shape)
+    wide = _wide(x)
+    # channels become the pooled height of a one-channel image: an average over `size` zero-padded
+    # channels is alpha / size times the sum ONNX asks for, divided by alpha
+    squares = O.reshape(O.mul(wide, wide), shape=[shape[0], 1, shape[1], math.prod(shape[2:])])
+    before = (size - 1) // 2
+    padded = _pad_spatial(ctx, squares, [before, 0], [size - 1 - before, 0], 0.0)
+    window = O.avg_pool2d(padded, kernel_size=[size, 1], stride=[1, 1])
+    scale = O.pow(O.add(O.mul(window, float(alpha)), float(bias)), float(beta))
+    return [_narrow(O.div(wide, O.reshape(scale, shape=shape)), _dt(x))]
 
 
 @lowering("GlobalAveragePool", "GlobalMaxPool")

@@ -129,10 +129,14 @@ def _upgrade_opset(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
         raise OnnxModelError(f"{name}: opset {version} is newer than the installed onnx knows ({newest_opset()})")
     if 0 < version < MIN_OPSET:
         try:
-            return onnx.version_converter.convert_version(model, MIN_OPSET)
+            model = onnx.version_converter.convert_version(model, MIN_OPSET)
         except Exception as error:  # noqa: BLE001 -- the converter raises many kinds
             raise OnnxModelError(f"{name}: opset {version} is older than {MIN_OPSET} and onnx's version "
                                  f"converter cannot upgrade it: {error}") from None
+        # the converter keeps the IR version: IR < 4 wants every initializer listed as a graph input
+        # (old PyTorch exports break that), and opset 13 needs IR 7 anyway
+        model.ir_version = max(model.ir_version, onnx.helper.find_min_ir_version_for(
+            [onnx.helper.make_opsetid("", MIN_OPSET)]))
     return model
 
 

@@ -11,6 +11,7 @@ import oar
 from oar.onnx.errors import OnnxInputError
 from oar.onnx.executor import Executor, Graph, PlanCache, format_unsupported, signature, unsupported_nodes
 from oar.onnx.model import NodeArg, default_opset, describe_value, load_model, numpy_dtype, oar_dtype
+from oar.onnx.optimize import fold_conv_batchnorm
 
 
 class InferenceSession:
@@ -21,11 +22,16 @@ class InferenceSession:
     them at once. ``run(output_names, input_feed)`` takes and returns numpy arrays;
     ``run_tensors(input_feed)`` takes and returns ``oar.Tensor``s on the device. ``compile=True`` runs
     the graph through ``oar.compile`` (fused kernels); ``compile=False`` runs it op by op.
+    ``optimize=True`` folds each inference BatchNormalization into the Conv before it
+    (``folded_batchnorms`` says how many).
     """
 
     def __init__(self, path_or_bytes: Any, device: str = "npu", compile: bool = True,  # noqa: A002
-                 max_plans: int = 16, providers: Sequence[str] | None = None):
+                 max_plans: int = 16, providers: Sequence[str] | None = None, optimize: bool = True):
         self._model, self.model_name = load_model(path_or_bytes)
+        self.folded_batchnorms = 0
+        if optimize:
+            self._model, self.folded_batchnorms = fold_conv_batchnorm(self._model)
         self.device = str(device)
         self.compiled = bool(compile)
         graph = self._model.graph
