@@ -76,6 +76,43 @@ def test_cnn_dynamic_batch(private_kernel_cache, tmp_path):
                        [(1, 1, 8, 8), (5, 1, 8, 8)])
 
 
+class NormPadResize(nn.Module):
+    """The nn layers that run as their own ops: batch norm (eval), group norm, pad, resize, adaptive pools."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.gn = nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        F = oar.nn.functional
+        y = self.gn(F.relu(self.bn(self.conv(x))))
+        y = F.pad(y, (1, 2, 0, 1), mode="reflect") + F.pad(y, (1, 2, 0, 1), mode="replicate")
+        y = F.pad(y, (1, 1, 1, 1), value=0.5)
+        y = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
+        y = y + F.interpolate(y, size=(y.shape[2], y.shape[3]), mode="bilinear", align_corners=True)
+        return F.adaptive_avg_pool2d(y, 1) + F.adaptive_max_pool2d(y, 1)
+
+
+def test_norm_pad_resize_and_adaptive_pool_ops(private_kernel_cache, tmp_path):
+    model = NormPadResize()
+    rng = np.random.default_rng(5)
+    for _ in range(2):  # running statistics that differ from the defaults
+        model(oar.tensor(rng.standard_normal((4, 3, 6, 6)).astype(np.float32)))
+    model.eval()
+    example = oar.tensor(rng.standard_normal((2, 3, 6, 6)).astype(np.float32))
+    export_and_compare(model, example, tmp_path / "npr.onnx", {"x": {0: "batch"}}, [(2, 3, 6, 6), (3, 3, 6, 6)],
+                       compile=False)
+
+
+def test_training_batch_norm_is_refused(private_kernel_cache, tmp_path):
+    model = NormPadResize()
+    with pytest.raises(ExportError, match="eval"):
+        oar.jit.save(model, tmp_path / "train.onnx", (oar.zeros(2, 3, 6, 6),))
+    assert not (tmp_path / "train.onnx").exists()
+
+
 def test_llama_logits_dynamic_batch_and_seq(private_kernel_cache, tmp_path):
     from oar.models import Llama, LlamaConfig
     model = Llama(LlamaConfig(d_model=32, n_layers=2, n_heads=2, max_seq_len=16)).eval()

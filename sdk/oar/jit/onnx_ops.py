@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 # oar dtype name -> ONNX element type
 ONNX_TYPE = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
@@ -32,6 +32,10 @@ REFUSED = {
     "avg_pool2d_backward": "a gradient op; export runs under no_grad",
     "layer_norm_backward_input": "a gradient op; export runs under no_grad",
     "rms_norm_backward_input": "a gradient op; export runs under no_grad",
+    **{op: "a gradient op; export runs under no_grad" for op in (
+        "batch_norm_backward", "group_norm_backward", "adaptive_avg_pool2d_backward", "adaptive_max_pool2d_backward",
+        "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "pad_backward")},
+    "batch_norm_stats": "training-mode batch statistics; call model.eval() before oar.jit.save",
     "scatter": "in-place scatter has no mapping yet",
     "scatter_add": "in-place scatter has no mapping yet",
     "index_add": "in-place index_add has no mapping yet",
@@ -162,6 +166,77 @@ def _pool(onnx_op, **extra):
     return emit
 
 
+def _filled_like(g, name, value, dtype):
+    """A tensor of ``name``'s shape filled with ``value``."""
+    fill = numpy_helper.from_array(np.array([value], dtype=np.dtype(dtype)))
+    return g.node("ConstantOfShape", [g.node("Shape", [name])], value=fill)
+
+
+def _per_channel(g, vector, like):
+    """A [C] vector shaped [C, 1, ...] to broadcast over ``like``'s (N, C, *) dims."""
+    ones = g.node("ConstantOfShape", [g.node("Sub", [g.node("Shape", [g.node("Shape", [like])]), g.int_tensor([2])])],
+                  value=numpy_helper.from_array(np.array([1], dtype=np.int64)))
+    return g.node("Reshape", [vector, g.node("Concat", [g.int_tensor([-1]), ones], axis=0)])
+
+
+def _batch_norm(g, ins, attrs, dts, out):
+    if attrs.get("training"):
+        raise ValueError("batch_norm in training mode; call model.eval() before oar.jit.save")
+    x, stats = ins[0], ins[1]
+    mean, var = (g.node("Gather", [stats, g.scalar_int(row)], axis=0) for row in (0, 1))
+    scale = ins[2] if len(ins) > 2 and ins[2] else _filled_like(g, mean, 1.0, out)
+    bias = ins[3] if len(ins) > 3 and ins[3] else _filled_like(g, mean, 0.0, out)
+    return [g.node("BatchNormalization", [x, scale, bias, mean, var], epsilon=float(attrs["eps"]))]
+
+
+def _group_norm(g, ins, attrs, dts, out):
+    x, groups = ins[0], int(attrs["num_groups"])
+    grouped = g.node("Reshape", [x, g.int_tensor([0, groups, -1])])
+    unit = g.const(np.ones(groups, np.dtype(out)))
+    zero = g.const(np.zeros(groups, np.dtype(out)))
+    normed = g.node("InstanceNormalization", [grouped, unit, zero], epsilon=float(attrs["eps"]))
+    y = g.node("Reshape", [normed, g.node("Shape", [x])])
+    if len(ins) > 1 and ins[1]:
+        y = g.node("Mul", [y, _per_channel(g, ins[1], x)])
+    if len(ins) > 2 and ins[2]:
+        y = g.node("Add", [y, _per_channel(g, ins[2], x)])
+    return [y]
+
+
+def _adaptive_pool(global_op):
+    def emit(g, ins, attrs, dts, out):
+        if list(attrs["output_size"]) != [1, 1]:
+            raise ValueError(f"adaptive pooling to {list(attrs['output_size'])}: only a 1x1 output has an ONNX op "
+                             f"({global_op})")
+        return [g.node(global_op, [ins[0]])]
+    return emit
+
+
+def _pad(g, ins, attrs, dts, out):
+    pad = list(attrs["pad"])  # (before, after) pairs, last dim first, as torch's F.pad
+    axes = [-1 - i for i in range(len(pad) // 2)]
+    pads = [pad[2 * i] for i in range(len(axes))] + [pad[2 * i + 1] for i in range(len(axes))]
+    mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}[attrs.get("mode", "constant")]
+    inputs = [ins[0], g.int_tensor(pads), _scalar(g, attrs.get("value", 0.0), out) if mode == "constant" else "",
+              g.int_tensor(axes)]
+    return [g.node("Pad", inputs, mode=mode)]
+
+
+def _upsample(mode):
+    def emit(g, ins, attrs, dts, out):
+        scales = [float(v) for v in attrs.get("scales") or []]
+        options = {"mode": mode, "axes": [2, 3]}
+        if mode == "nearest":
+            options.update(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        else:
+            options["coordinate_transformation_mode"] = ("align_corners" if attrs.get("align_corners")
+                                                         else "pytorch_half_pixel")
+        if scales:
+            return [g.node("Resize", [ins[0], "", g.const(np.array(scales, np.float32))], **options)]
+        return [g.node("Resize", [ins[0], "", "", g.int_tensor(list(attrs["output_size"]))], **options)]
+    return emit
+
+
 def _where(g, ins, attrs, dts, out):
     return [g.node("Where", [_cast(g, ins[0], dts[0], "bool"), _cast(g, ins[1], dts[1], out),
                              _cast(g, ins[2], dts[2], out)])]
@@ -237,6 +312,13 @@ MAPPED = {
     "max_pool2d": _pool("MaxPool"),
     "avg_pool2d": _pool("AveragePool", count_include_pad=1),
     "layer_norm": _layer_norm,
+    "batch_norm": _batch_norm,
+    "group_norm": _group_norm,
+    "adaptive_avg_pool2d": _adaptive_pool("GlobalAveragePool"),
+    "adaptive_max_pool2d": _adaptive_pool("GlobalMaxPool"),
+    "pad": _pad,
+    "upsample_nearest2d": _upsample("nearest"),
+    "upsample_bilinear2d": _upsample("linear"),
     "rms_norm": _rms_norm,
     "embedding": lambda g, ins, a, d, o: [g.node("Gather", [ins[0], ins[1]], axis=0)],
     "gather": lambda g, ins, a, d, o: [g.node("GatherElements", [ins[0], ins[1]], axis=int(a["dim"]))],
