@@ -1,5 +1,5 @@
 """Autoregressive generation with a preallocated KV cache, for any decoder that
-speaks the small protocol below (the Llama-style model does; GPT-2 can).
+speaks the small protocol below (the Llama-style model and GPT-2 do).
 
     new = generate(model, prompts, max_new_tokens=50, temperature=0.8, top_p=0.9, seed=0)
     for step in generate(model, prompt, 50, stream=True): ...
@@ -300,7 +300,10 @@ def _uncached_logits(model, contexts, max_len, pad_token_id, device) -> np.ndarr
     out = []
     for c in contexts:
         window = np.asarray(c[-max_len:], dtype=np.int64)[None, :]
-        out.append(model(oar.tensor(window, device=device))[0, -1].numpy())
+        logits = model(oar.tensor(window, device=device))
+        if isinstance(logits, tuple):  # GPT-2 returns (logits, loss)
+            logits = logits[0]
+        out.append(logits[0, -1].numpy())
     return np.stack(out)
 
 
