@@ -16,9 +16,13 @@
 #define QUANT_DOT_MAX_ROWS 8
 #define QUANT_BLOCK_ROWS 64
 #define QUANT_PARALLEL_MIN_WORK (1 << 20) /* multiply-adds */
-/* The inner loops get an AVX2+FMA clone picked at load time (the plugin is built for baseline x86-64). */
+/* The inner loops get AVX-512 and AVX2+FMA clones picked at load time (the plugin is built for baseline
+   x86-64); one "arch=" level per clone, since "avx2,fma" would make two clones, neither with both. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define QUANT_HOT __attribute__((target_clones("avx2,fma", "default"), optimize("associative-math,no-signed-zeros")))
+/* -std=c11 turns FMA contraction off: the hot loops ask for it back */
+#define QUANT_HOT                                                                \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
+                 optimize("associative-math,no-signed-zeros,fp-contract=fast")))
 #else
 #define QUANT_HOT
 #endif
@@ -84,7 +88,8 @@ QUANT_HOT static float dot_f32(const float* restrict x, const float* restrict w,
   return sum;
 }
 
-/* n code bytes into floats: int8 codes into we; int4 bytes into we (the even feature's code + 8) and wo (the odd one's). */
+/* n code bytes into floats: int8 codes into we; int4 bytes into we (the even feature's code + 8) and
+   wo (the odd one's). */
 QUANT_HOT static void unpack_codes(const uint8_t* restrict c, float* restrict we, float* restrict wo, int64_t n,
                                    int bits) {
   if (bits == 8) {

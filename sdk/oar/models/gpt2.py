@@ -163,7 +163,7 @@ class GPT2(nn.Module):
         hf = GPT2LMHeadModel(HFConfig(vocab_size=cfg.vocab_size, n_positions=cfg.max_position, n_embd=cfg.d_model,
                                       n_layer=cfg.n_layers, n_head=cfg.n_heads, layer_norm_epsilon=cfg.eps,
                                       activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
-                                      attn_pdrop=0.0, tie_word_embeddings=True))
+                                      attn_pdrop=0.0, tie_word_embeddings=True, bos_token_id=None, eos_token_id=None))
         w = {name: np.ascontiguousarray(value.numpy()) for name, value in self.state_dict().items()}
         state = {"transformer.wte.weight": w["wte.weight"], "transformer.wpe.weight": w["wpe.weight"],
                  "transformer.ln_f.weight": w["ln_f.weight"], "transformer.ln_f.bias": w["ln_f.bias"]}
