@@ -109,3 +109,18 @@ def test_decode_allocates_no_device_memory_once_warm(model):
     stream.close()
     assert after["plugin_mallocs"] == before["plugin_mallocs"], (before, after)
     assert after["num_allocs"] > before["num_allocs"]  # the step's temporaries came from the cache
+
+
+def test_a_prefill_that_does_not_match_begin_prefill_is_named(model):
+    import oar
+    from oar.models.generation import KVCache
+
+    n_layers, n_heads, head_dim, max_len = model.cache_shape()
+    device = model.wte.weight.device
+    cache = KVCache(n_layers, 1, n_heads, head_dim, max_len, device)
+    with pytest.raises(ValueError, match="does not fit the KV cache"):
+        cache.begin_prefill([0], max_len + 1)
+    cache.begin_prefill([0], 5)
+    tokens = oar.tensor(prompt(10, 6)[None, :], device=device)
+    with oar.no_grad(), pytest.raises(ValueError, match="begin_prefill set up 5 tokens"):
+        model.forward_cached(tokens, oar.tensor(np.arange(6)[None, :], device=device), cache, 0)
