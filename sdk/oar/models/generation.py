@@ -273,11 +273,15 @@ def _steps(model, rows, max_new_tokens, temperature, top_k, top_p, eos_token_id,
                     logits, pads, slot = _prefill(model, cache, [c[-keep:] for c in contexts], pad_token_id,
                                                   device)
                 else:
+                    # the step's tokens and positions in one upload, issued before anything else is queued:
+                    # each host-to-device copy waits for the device's queue
+                    rows_in = len(contexts)
+                    step_in = oar.tensor(np.asarray([[c[-1]] for c in contexts] + [[slot - p] for p in pads],
+                                                    dtype=np.int64), device=device)
                     cache.open_slot(slot)
-                    positions = np.asarray([[slot - p] for p in pads], dtype=np.int64)
-                    last = np.asarray([[c[-1]] for c in contexts], dtype=np.int64)
-                    logits = model.forward_cached(oar.tensor(last, device=device),
-                                                  oar.tensor(positions, device=device), cache, slot).numpy()
+                    logits = model.forward_cached(oar.slice(step_in, dim=0, start=0, stop=rows_in),
+                                                  oar.slice(step_in, dim=0, start=rows_in, stop=2 * rows_in),
+                                                  cache, slot).numpy()
                     slot += 1
                 uniforms = rng.uniforms(len(rows)) if temperature > 0.0 else None
                 tokens = sample_tokens(logits, temperature, top_k, top_p, uniforms)
