@@ -1,7 +1,8 @@
 """Inference figures on the demo's Llama-style model trained on the shipped corpus:
 validation perplexity per quantization scheme, weight and KV-cache bytes, decode
 tokens/s against Hugging Face transformers' generate on torch CPU with the same
-weights, int4 vs float32 decode, device mallocs per token, time to first token
+weights (and for GPT-2), int4 vs float32 decode (also on a d_model 1024 model whose
+weights outgrow the caches), device mallocs per token, time to first token
 for a 512-token prompt, and ``oar serve`` under 16 concurrent streaming clients.
 
     python bench/generate.py [--device npu] [--steps 200] [--repeats 3]
@@ -114,6 +115,30 @@ def decode_speed(model, hf, prompts: np.ndarray, new: int, repeats: int) -> tupl
     return n / t_ours, n / t_theirs
 
 
+def int4_vs_float32(model, int4, prompt: np.ndarray, new: int, repeats: int, label: str) -> None:
+    ours = lambda m: discard(lambda: m.generate(prompt, new))  # noqa: E731
+    ours(model)(), ours(int4)()  # warm
+    t32, t4 = interleaved_medians(ours(model), ours(int4), repeats)
+    report(f"decode tok/s batch 1, int4 weights{label}", new / t4, "float32", new / t32, "tok/s", True, 1.5)
+
+
+def gpt2_decode(dev, prompts8: np.ndarray, new: int, repeats: int, with_hf: bool) -> None:
+    """GPT-2 decode through the same KV cache, against HF's GPT2LMHeadModel with the same weights."""
+    import oar
+    from oar.models import GPT2, GPT2Config
+
+    oar.manual_seed(0)
+    gpt = GPT2(GPT2Config(vocab_size=256, max_position=64, d_model=128, n_layers=3, n_heads=4, dropout=0.0))
+    gpt = gpt.to(dev).eval()
+    for b in (1, 8):
+        if with_hf:
+            ours, theirs = decode_speed(gpt, gpt.to_transformers(), prompts8[:b], new, repeats)
+            report(f"GPT-2 decode tok/s batch {b} (16 + {new})", ours, "HF generate", theirs, "tok/s", True, 1.0)
+        else:
+            seconds = median_seconds(discard(lambda: gpt.generate(prompts8[:b], new)), repeats)
+            print(f"GPT-2 decode tok/s batch {b} (16 + {new}): {b * new / seconds:.1f}")
+
+
 def mallocs_per_token(model, prompts, dev) -> float:
     import oar
 
@@ -194,7 +219,7 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--steps", type=int, default=200, help="training steps of the demo model")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip", default="", help="comma list of: hf, ttft, serve")
+    parser.add_argument("--skip", default="", help="comma list of: hf, large, gpt2, ttft, serve")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     dev = select_device(args)
@@ -234,9 +259,15 @@ def main() -> None:
         for b in (1, 8):
             ours, theirs = decode_speed(model, hf, prompts8[:b], new, args.repeats)
             report(f"decode tok/s batch {b} (16 + {new})", ours, "HF generate", theirs, "tok/s", True, 1.0)
-    t32 = median_seconds(discard(lambda: model.generate(prompts8[:1], new)), args.repeats)
-    t4 = median_seconds(discard(lambda: variants["int4"].generate(prompts8[:1], new)), args.repeats)
-    report("decode tok/s batch 1, int4 weights", new / t4, "float32", new / t32, "tok/s", True, 1.5)
+    int4_vs_float32(model, variants["int4"], prompts8[:1], new, args.repeats, "")
+    if "large" not in skip:  # weights far past the caches: decode reads them from memory every token
+        large_cfg = LlamaConfig(d_model=1024, n_layers=4, n_heads=16, d_ff=2816, max_seq_len=64, seed=0)
+        large = Llama(large_cfg).to(dev).eval()
+        int4_vs_float32(large, quantized(large, bits=4, group_size=128), prompts8[:1], 16, args.repeats,
+                        ", d_model 1024")
+        del large
+    if "gpt2" not in skip:
+        gpt2_decode(dev, prompts8, new, args.repeats, "hf" not in skip)
     print(f"device mallocs per generated token after warm-up: {mallocs_per_token(model, prompts8, dev):.3f} "
           f"(batch 8, sampled)")
 

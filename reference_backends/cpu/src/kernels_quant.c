@@ -16,9 +16,13 @@
 #define QUANT_DOT_MAX_ROWS 8
 #define QUANT_BLOCK_ROWS 64
 #define QUANT_PARALLEL_MIN_WORK (1 << 20) /* multiply-adds */
-/* The inner loops get an AVX2+FMA clone picked at load time (the plugin is built for baseline x86-64). */
+/* The inner loops get AVX-512 and AVX2+FMA clones picked at load time (the plugin is built for baseline
+   x86-64); one "arch=" level per clone, since "avx2,fma" would make two clones, neither with both. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define QUANT_HOT __attribute__((target_clones("avx2,fma", "default"), optimize("associative-math,no-signed-zeros")))
+/* -std=c11 turns FMA contraction off: the hot loops ask for it back */
+#define QUANT_HOT                                                                \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), \
+                 optimize("associative-math,no-signed-zeros,fp-contract=fast")))
 #else
 #define QUANT_HOT
 #endif
@@ -77,29 +81,65 @@ QUANT_HOT static float dot_int4(const float* restrict xe, const float* restrict 
   return sum;
 }
 
+/* sum_j x[j] * w[j] over n floats (reassociated, so it vectorizes). */
+QUANT_HOT static float dot_f32(const float* restrict x, const float* restrict w, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; j++) sum += x[j] * w[j];
+  return sum;
+}
+
+/* n code bytes into floats: int8 codes into we; int4 bytes into we (the even feature's code + 8) and
+   wo (the odd one's). */
+QUANT_HOT static void unpack_codes(const uint8_t* restrict c, float* restrict we, float* restrict wo, int64_t n,
+                                   int bits) {
+  if (bits == 8) {
+    for (int64_t j = 0; j < n; j++) we[j] = (float)(int8_t)c[j];
+    return;
+  }
+  for (int64_t j = 0; j < n; j++) {
+    uint8_t u = c[j] ^ 0x80;
+    we[j] = (float)(u & 15);
+    wo[j] = (float)(u >> 4);
+  }
+}
+
+/* Code bytes unpacked at a time when several rows of x share them (stays in L1). */
+#define QUANT_TILE_BYTES 128
+
 /* Decode: out[i, r] = sum over groups of scale * (sum x * code_bits - (zero + offset) * sum x), the
-   codes read straight from qweight (no float copy of the weight). */
+   codes read straight from qweight (no float copy of the weight). One row of x dots the codes fused;
+   several rows share each tile of codes unpacked once into floats. */
 static void decode_row(const quant_job* job, int64_t r) {
-  int64_t k = job->k, g = job->group, groups = k / g, stride = k + groups;
+  int64_t k = job->k, g = job->group, groups = k / g, stride = k + groups, m = job->m;
+  int64_t row_bytes = job->bits == 8 ? k : k / 2, group_bytes = job->bits == 8 ? g : g / 2;
+  const uint8_t* codes = job->codes + r * row_bytes;
   const float* scale = job->scales + r * groups;
   const float* zero = job->zeros + r * groups;
-  for (int64_t i = 0; i < job->m; i++) {
-    const float* x = job->xs + i * stride;
-    const float* xsum = x + k;
-    float total = 0.0f;
-    for (int64_t gi = 0; gi < groups; gi++) {
-      float part;
-      if (job->bits == 8) {
-        part = dot_int8(x + gi * g, (const int8_t*)job->codes + r * k + gi * g, g) - zero[gi] * xsum[gi];
-      } else {
-        int64_t h = g / 2;
-        part = dot_int4(x + gi * h, x + k / 2 + gi * h, job->codes + r * (k / 2) + gi * h, h) -
-               (8.0f + zero[gi]) * xsum[gi];
+  float total[QUANT_DOT_MAX_ROWS] = {0.0f}, part[QUANT_DOT_MAX_ROWS];
+  float we[QUANT_TILE_BYTES], wo[QUANT_TILE_BYTES];
+  float offset = job->bits == 8 ? 0.0f : 8.0f;
+  for (int64_t gi = 0; gi < groups; gi++) {
+    const uint8_t* c = codes + gi * group_bytes;
+    /* 4 bits: the even features of group gi at x + gi * g/2, the odd ones k/2 further */
+    int64_t even = job->bits == 8 ? gi * g : gi * (g / 2), odd = even + k / 2;
+    if (m == 1) {
+      part[0] = job->bits == 8 ? dot_int8(job->xs + even, (const int8_t*)c, g)
+                               : dot_int4(job->xs + even, job->xs + odd, c, g / 2);
+    } else {
+      for (int64_t i = 0; i < m; i++) part[i] = 0.0f;
+      for (int64_t t = 0; t < group_bytes; t += QUANT_TILE_BYTES) {
+        int64_t len = group_bytes - t < QUANT_TILE_BYTES ? group_bytes - t : QUANT_TILE_BYTES;
+        unpack_codes(c + t, we, wo, len, job->bits);
+        for (int64_t i = 0; i < m; i++) {
+          const float* x = job->xs + i * stride;
+          part[i] += dot_f32(x + even + t, we, len) + (job->bits == 8 ? 0.0f : dot_f32(x + odd + t, wo, len));
+        }
       }
-      total += scale[gi] * part;
     }
-    job->out[i * job->n + r] = total;
+    for (int64_t i = 0; i < m; i++)
+      total[i] += scale[gi] * (part[i] - (offset + zero[gi]) * job->xs[i * stride + k + gi]);
   }
+  for (int64_t i = 0; i < m; i++) job->out[i * job->n + r] = total[i];
 }
 
 static void quant_range(void* opaque, int64_t begin, int64_t end, int chunk) {

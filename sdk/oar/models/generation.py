@@ -1,5 +1,5 @@
 """Autoregressive generation with a preallocated KV cache, for any decoder that
-speaks the small protocol below (the Llama-style model does; GPT-2 can).
+speaks the small protocol below (the Llama-style model and GPT-2 do).
 
     new = generate(model, prompts, max_new_tokens=50, temperature=0.8, top_p=0.9, seed=0)
     for step in generate(model, prompt, 50, stream=True): ...
@@ -64,7 +64,7 @@ class KVCache:
             self.keys = [kvq.QuantizedBuffer(shape, self.dtype, device) for _ in range(n_layers)]
             self.values = [kvq.QuantizedBuffer(shape, self.dtype, device) for _ in range(n_layers)]
         self.step_mask = oar.full([batch, 1, 1, max_len], float("-inf"), dtype="float32", device=device)
-        self._prefill_mask = None
+        self._prefill_mask, self._prefill_length = None, 0
 
     def nbytes(self) -> int:
         """Bytes the keys and values take on the device (scales included)."""
@@ -74,15 +74,25 @@ class KVCache:
 
     def begin_prefill(self, pads: Sequence[int], length: int) -> None:
         """Masks for a prompt of ``length`` slots whose row b starts with ``pads[b]`` pad tokens:
-        query i sees slots pads[b]..i (a pad query sees itself only, so no row is all -inf)."""
+        query i sees slots pads[b]..i (a pad query sees itself only, so no row is all -inf). The
+        prompt attends over its own ``length`` slots only: causally when no row is padded, else
+        through a [B, 1, length, length] mask."""
+        if not 0 < length <= self.max_len:
+            raise ValueError(f"a prompt of {length} tokens does not fit the KV cache of {self.max_len} slots")
+        pads = np.asarray(pads).reshape(-1, 1, 1, 1)
+        self._prefill_mask = None
+        if pads.any():
+            slot = np.arange(length)[None, None, None, :]
+            query = np.arange(length)[None, None, :, None]
+            hidden = ~(((slot >= pads) & (slot <= query)) | (slot == query))
+            mask = np.zeros(hidden.shape, dtype=np.float32)
+            mask[hidden] = -np.inf  # (np.where here costs ten times as much on a 512 x 512 prompt)
+            self._prefill_mask = oar.tensor(mask, device=self.device)
         slot = np.arange(self.max_len)[None, None, None, :]
-        query = np.arange(length)[None, None, :, None]
-        start = np.asarray(pads).reshape(-1, 1, 1, 1)
-        seen = ((slot >= start) & (slot <= query)) | (slot == query)
-        mask = np.where(seen, np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
-        row = np.where((slot >= start) & (slot < length), np.float32(0.0), np.float32(-np.inf)).astype(np.float32)
-        self._prefill_mask = oar.tensor(mask, device=self.device)
+        row = np.zeros((pads.shape[0], 1, 1, self.max_len), dtype=np.float32)
+        row[~((slot >= pads) & (slot < length))] = -np.inf
         self.step_mask.copy_(oar.tensor(row, device=self.device))
+        self._prefill_length = length
 
     def open_slot(self, slot: int) -> None:
         """Let every row see ``slot`` from now on (the decode step writes it)."""
@@ -99,7 +109,7 @@ class KVCache:
         view.batch = 1
         one = lambda t: oar.slice(t, dim=0, start=row, stop=row + 1)  # noqa: E731
         view.keys, view.values = [one(t) for t in self.keys], [one(t) for t in self.values]
-        view.step_mask, view._prefill_mask = one(self.step_mask), None
+        view.step_mask, view._prefill_mask, view._prefill_length = one(self.step_mask), None, 0
         return view
 
     def park_row(self, row: int) -> None:
@@ -140,8 +150,14 @@ class KVCache:
             self.keys[layer].write(start, k)
             self.values[layer].write(start, v)
             keys, values = self.keys[layer].read(), self.values[layer].read()
-        mask = self.step_mask if t == 1 else self._prefill_mask
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, training=False)
+        if t == 1:
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=self.step_mask, training=False)
+        if start != 0 or t != self._prefill_length:
+            raise ValueError(f"a prefill of {t} tokens at slot {start}: begin_prefill set up "
+                             f"{self._prefill_length} tokens at slot 0")
+        keys, values = (oar.slice(c, dim=2, start=0, stop=t) for c in (keys, values))
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=self._prefill_mask,
+                                              is_causal=self._prefill_mask is None, training=False)
 
 
 def sample_tokens(logits: np.ndarray, temperature: float, top_k: int, top_p: float,
@@ -257,11 +273,15 @@ def _steps(model, rows, max_new_tokens, temperature, top_k, top_p, eos_token_id,
                     logits, pads, slot = _prefill(model, cache, [c[-keep:] for c in contexts], pad_token_id,
                                                   device)
                 else:
+                    # the step's tokens and positions in one upload, issued before anything else is queued:
+                    # each host-to-device copy waits for the device's queue
+                    rows_in = len(contexts)
+                    step_in = oar.tensor(np.asarray([[c[-1]] for c in contexts] + [[slot - p] for p in pads],
+                                                    dtype=np.int64), device=device)
                     cache.open_slot(slot)
-                    positions = np.asarray([[slot - p] for p in pads], dtype=np.int64)
-                    last = np.asarray([[c[-1]] for c in contexts], dtype=np.int64)
-                    logits = model.forward_cached(oar.tensor(last, device=device),
-                                                  oar.tensor(positions, device=device), cache, slot).numpy()
+                    logits = model.forward_cached(oar.slice(step_in, dim=0, start=0, stop=rows_in),
+                                                  oar.slice(step_in, dim=0, start=rows_in, stop=2 * rows_in),
+                                                  cache, slot).numpy()
                     slot += 1
                 uniforms = rng.uniforms(len(rows)) if temperature > 0.0 else None
                 tokens = sample_tokens(logits, temperature, top_k, top_p, uniforms)
@@ -300,7 +320,10 @@ def _uncached_logits(model, contexts, max_len, pad_token_id, device) -> np.ndarr
     out = []
     for c in contexts:
         window = np.asarray(c[-max_len:], dtype=np.int64)[None, :]
-        out.append(model(oar.tensor(window, device=device))[0, -1].numpy())
+        logits = model(oar.tensor(window, device=device))
+        if isinstance(logits, tuple):  # GPT-2 returns (logits, loss)
+            logits = logits[0]
+        out.append(logits[0, -1].numpy())
     return np.stack(out)
 
 
