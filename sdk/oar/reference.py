@@ -996,3 +996,35 @@ def argsort(x, dim=-1, descending=False):
         rank = np.where(nan, rank.max(initial=0) + 1, rank.reshape(-1))
         out[k] = np.argsort(-rank if descending else rank, kind="stable")
     return np.moveaxis(out.reshape(moved.shape), -1, axis)
+
+
+def _advanced_key(x, indices, dim, op):
+    """The numpy key of index/index_put: indices [k, *B] on dims dim .. dim+k-1 of x."""
+    axis = dim % x.ndim
+    key = [slice(None)] * axis
+    for j in range(indices.shape[0]):
+        size = x.shape[axis + j]
+        values = indices[j].astype(np.int64)
+        if values.size and (values.min() < -size or values.max() >= size):
+            bad = values[(values < -size) | (values >= size)].flat[0]
+            raise IndexError(f"{op}: index {int(bad)} is out of range for dim {axis + j} of size {size}")
+        key.append(values)
+    return tuple(key)
+
+
+@_export
+def index(x, indices, dim=0):
+    return x[_advanced_key(x, indices, dim, "index")]
+
+
+@_export
+def index_put(x, indices, values, dim=0, accumulate=False):
+    out = np.array(x, copy=True)
+    key = _advanced_key(x, indices, dim, "index_put")
+    if not accumulate:
+        out[key] = values  # numpy assigns in order: the last write wins, as the kernels
+    elif out.dtype == np.bool_:
+        np.logical_or.at(out, key, values)
+    else:
+        np.add.at(out, key, values)
+    return out
