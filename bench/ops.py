@@ -210,6 +210,10 @@ def pool_case(name: str, size: str, inputs: Inputs) -> Case:
         if name == "max_pool2d":
             return Case(label, lambda: oar.ops.max_pool2d(x, kernel_size=kernel, stride=stride, padding=padding),
                         lambda: F.max_pool2d(tx, 3, 2, 1))
+        if name == "max_pool2d_indices":
+            return Case(label, lambda: oar.ops.max_pool2d_indices(x, kernel_size=kernel, stride=stride,
+                                                                  padding=padding),
+                        lambda: F.max_pool2d(tx, 3, 2, 1, return_indices=True)[1])
         out, indices = F.max_pool2d(tx, 3, 2, 1, return_indices=True)
         g, tg = inputs.normal(*out.shape)
         return Case(label, lambda: oar.ops.max_pool2d_backward(g, x, kernel_size=kernel, stride=stride,

@@ -192,6 +192,13 @@ CASES = [
     ("logsumexp_all", "logsumexp", [("x", rnd(99, 2, 3), True)], {"keepdim": True}),
     ("cumsum", "cumsum", [("x", rnd(100, 3, 4), True)], {"dim": 1}),
     ("cumprod", "cumprod", [("x", rnd(101, 3, 4, low=0.5, high=1.5), True)], {"dim": 0}),
+    ("index", "index", [("x", rnd(102, 3, 4, 5), True), ("indices", idx([[0, -1, 0], [1, 3, -4]]), False)],
+     {"dim": 1}),
+    ("index_put_accumulate", "index_put", [("x", rnd(103, 3, 4), True), ("indices", idx([[2, -1, 0]]), False),
+                                           ("values", rnd(104, 3, 4), True)], {"accumulate": True}),
+    # distinct positions: with duplicates "last write wins" has no derivative
+    ("index_put", "index_put", [("x", rnd(105, 3, 4), True), ("indices", idx([[2, 0]]), False),
+                                ("values", rnd(106, 2, 4), True)], {}),
 ]
 
 CASE_OPS = {case[1] for case in CASES}

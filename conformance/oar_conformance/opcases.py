@@ -326,7 +326,7 @@ RULES: dict[str, dict[str, Any]] = {
     **{name: {"shapes": _pool(name.endswith("_backward")), "required": {"kernel_size": [2, 2]},
               "alternatives": {"stride": [1, 1], "padding": [1, 1]},
               "grad_values": "distinct", "grad_attrs": {"stride": [1, 1]}}
-       for name in ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")},
+       for name in ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "max_pool2d_indices")},
     "layer_norm": {"shapes": _norm("xww"), "alternatives": {"eps": 0.1}},
     "layer_norm_backward_input": {"shapes": _norm("xxw"), "alternatives": {"eps": 0.1}},
     "rms_norm": {"shapes": _norm("xw"), "alternatives": {"eps": 0.1}},

@@ -418,6 +418,7 @@ const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
     {"conv2d_backward_input", conv2d_backward_input_rule},
     {"conv2d_backward_weight", conv2d_backward_weight_rule},
     {"max_pool2d", pool_rule},
+    {"max_pool2d_indices", pool_rule},
     {"avg_pool2d", pool_rule},
     {"max_pool2d_backward", pool_backward_rule},
     {"avg_pool2d_backward", pool_backward_rule},

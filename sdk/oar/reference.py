@@ -1028,3 +1028,23 @@ def index_put(x, indices, values, dim=0, accumulate=False):
     else:
         np.add.at(out, key, values)
     return out
+
+
+@_export
+def max_pool2d_indices(x, kernel_size, stride=(), padding=(0, 0)):
+    if x.ndim == 3:
+        return max_pool2d_indices(x[None], kernel_size, stride, padding)[0]
+    kh, kw, sh, sw, ph, pw, oh, ow = _pool_geometry(x, kernel_size, stride, padding)
+    n, c, h, w = x.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=np.nan)
+    inside = np.pad(np.ones((n, c, h, w), bool), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    windows = _windows(xp, kh, kw, sh, sw, oh, ow)
+    valid = _windows(inside, kh, kw, sh, sw, oh, ow)
+    # rank: padding lowest, then numbers, then NaN; argmax takes the first of the highest
+    nan = np.isnan(windows) & valid
+    key = np.where(valid, np.where(nan, np.inf, windows), -np.inf)
+    top = np.max(key, axis=-1, keepdims=True)
+    first = np.argmax(np.where(nan.any(axis=-1, keepdims=True), nan, valid & (key == top)), axis=-1)
+    rows = np.arange(oh)[:, None] * sh + first // kw - ph
+    cols = np.arange(ow)[None, :] * sw + first % kw - pw
+    return (rows * w + cols).astype(np.int64)
