@@ -127,6 +127,8 @@ TORCH = {
     "floor_divide": lambda a, b: torch.div(a, b, rounding_mode="floor"),  # (torch.floor_divide has no derivative)
     "logsumexp": lambda x, dim=(), keepdim=False: torch.logsumexp(x, _dims(dim) or tuple(range(x.dim())), keepdim),
     "cumsum": lambda x, dim: torch.cumsum(x, dim), "cumprod": lambda x, dim: torch.cumprod(x, dim),
+    "index": lambda x, i, dim=0: x[(slice(None),) * dim + tuple(i)],
+    "index_put": lambda x, i, v, accumulate=False: x.index_put(tuple(i), v, accumulate),  # cases index from dim 0
 }
 # dropout: its random mask is oar's own; floor_divide: piecewise constant, its gradient is a zero
 # tensor outside the graph, so there is nothing to differentiate again (checked below)
