@@ -210,6 +210,10 @@ def pool_case(name: str, size: str, inputs: Inputs) -> Case:
         if name == "max_pool2d":
             return Case(label, lambda: oar.ops.max_pool2d(x, kernel_size=kernel, stride=stride, padding=padding),
                         lambda: F.max_pool2d(tx, 3, 2, 1))
+        if name == "max_pool2d_indices":
+            return Case(label, lambda: oar.ops.max_pool2d_indices(x, kernel_size=kernel, stride=stride,
+                                                                  padding=padding),
+                        lambda: F.max_pool2d(tx, 3, 2, 1, return_indices=True)[1])
         out, indices = F.max_pool2d(tx, 3, 2, 1, return_indices=True)
         g, tg = inputs.normal(*out.shape)
         return Case(label, lambda: oar.ops.max_pool2d_backward(g, x, kernel_size=kernel, stride=stride,
@@ -286,6 +290,14 @@ def index_case(name: str, size: str, inputs: Inputs) -> Case:
         src, tsrc = inputs.normal(lookups, width)
         return Case(f"[{rows},{width}] += {lookups} rows", lambda: oar.ops.index_add(x, src, i, dim=0),
                     lambda: torch.index_add(tx, 0, ti, tsrc))
+    if name in ("index", "index_put"):  # x[i, j] with two index tensors (rows, then columns)
+        (x, tx), (i, ti), (j, tj) = inputs.normal(rows, width), inputs.indices(rows, lookups), inputs.indices(width, lookups)
+        stacked = oar.stack([i, j])
+        if name == "index":
+            return Case(f"[{rows},{width}][i, j] x {lookups}", lambda: oar.ops.index(x, stacked), lambda: tx[ti, tj])
+        v, tv = inputs.normal(lookups)
+        return Case(f"[{rows},{width}][i, j] += {lookups}", lambda: oar.ops.index_put(x, stacked, v, accumulate=True),
+                    lambda: tx.index_put((ti, tj), tv, accumulate=True))
     # gather / scatter / scatter_add along dim 1 of a [lookups, width] tensor
     (x, tx), (i, ti) = inputs.normal(lookups, width), inputs.indices(width, lookups, width // 2)
     label = f"[{lookups},{width}] dim=1, {width // 2} per row"

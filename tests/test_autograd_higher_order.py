@@ -173,6 +173,8 @@ TORCH = {
         {"value": value} if mode == "constant" else {})),
     "pad_backward": lambda g, input_shape, pad, mode="constant": _torch_first_grad(
         lambda t: F.pad(t, pad, mode=mode), torch.zeros(input_shape, dtype=g.dtype), g),
+    "index": lambda x, i, dim=0: x[(slice(None),) * dim + tuple(i)],
+    "index_put": lambda x, i, v, accumulate=False: x.index_put(tuple(i), v, accumulate),  # cases index from dim 0
 }
 # dropout: its random mask is oar's own; floor_divide: piecewise constant, its gradient is a zero
 # tensor outside the graph, so there is nothing to differentiate again (checked below)

@@ -223,6 +223,13 @@ CASES = [
      [("grad", rnd(167, 1, 2, 3, 4), True), ("x", distinct(168, 1, 2, 5, 7), False)], {}),
     ("pad_backward", "pad_backward", [("grad", rnd(158, 2, 6, 7), True)],
      {"input_shape": [2, 3, 4], "pad": [1, 2, 2, 1], "mode": "replicate"}),
+    ("index", "index", [("x", rnd(102, 3, 4, 5), True), ("indices", idx([[0, -1, 0], [1, 3, -4]]), False)],
+     {"dim": 1}),
+    ("index_put_accumulate", "index_put", [("x", rnd(103, 3, 4), True), ("indices", idx([[2, -1, 0]]), False),
+                                           ("values", rnd(104, 3, 4), True)], {"accumulate": True}),
+    # distinct positions: with duplicates "last write wins" has no derivative
+    ("index_put", "index_put", [("x", rnd(105, 3, 4), True), ("indices", idx([[2, 0]]), False),
+                                ("values", rnd(106, 2, 4), True)], {}),
 ]
 
 CASE_OPS = {case[1] for case in CASES}

@@ -119,7 +119,7 @@ def test_the_stated_facts_of_ops_yaml():
     opset = oar_opset.load(OPS_YAML)
     roles = {(op.name, i.name): i.role for op in opset for i in op.inputs if i.role != "data"}
     assert roles == {**{(op, "indices"): "index" for op in ("embedding", "gather", "scatter", "scatter_add",
-                                                             "index_select", "index_add", "one_hot")},
+                                                             "index_select", "index_add", "one_hot", "index", "index_put")},
                      ("cross_entropy", "target"): "index", ("cross_entropy_backward", "target"): "index",
                      ("where", "condition"): "condition", ("weight_only_linear", "qweight"): "quantized"}
     assert {op.name for op in opset if op.nonempty_reduction} == {"max", "min", "argmax", "argmin"}

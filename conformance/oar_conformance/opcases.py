@@ -233,6 +233,37 @@ def _along_dim(input_index: int) -> Callable:
     return _bounded(lambda shapes, attrs: shapes[input_index][attrs["dim"]])
 
 
+def _advanced_index(put: bool) -> Callable:
+    """index / index_put: x [a, b, c], indices [2, *B] on dims dim, dim+1; values shaped as index's out."""
+    sizes = {"basic": ((5, 6, 4), (3,)), "empty": ((5, 6, 4), (0,)), "strided": ((5, 6, 4), (2, 3)),
+             "large": ((300, 400, 8), (250,)), "grad": ((4, 5, 3), (3,))}
+
+    def shapes(case, attrs):
+        if case not in sizes:
+            return None
+        x, b = sizes[case]
+        dim = attrs.get("dim", 0)
+        indices = (2,) + b
+        out = x[:dim] + b + x[dim + 2:]
+        return ([x, indices, out] if put else [x, indices]), {}
+    return shapes
+
+
+def _advanced_positions(rng, shape, shapes, attrs):
+    """Positions in [-size, size) of each indexed dim (negative ones count from the end), distinct across
+    B so that index_put without accumulate has one write per position."""
+    dim, count = attrs.get("dim", 0), int(np.prod(shape[1:], dtype=np.int64))
+    rows = []
+    for j in range(shape[0]):
+        size = shapes[0][dim + j]
+        if j == 0:
+            picked = rng.permutation(size)[:count] if count <= size else rng.integers(0, size, count)
+        else:
+            picked = rng.integers(0, size, count)
+        rows.append(np.where(rng.random(count) < 0.3, picked - size, picked))
+    return np.stack(rows).reshape(shape)
+
+
 FLOAT_ONLY = {"float": True}
 _INDEX_LARGE = {"large": [(512, 300), (512, 200)]}
 # What ops.yaml cannot say, per op. Keys: shapes (case, attrs) -> ([input shapes], derived attrs) for ops
@@ -295,7 +326,7 @@ RULES: dict[str, dict[str, Any]] = {
     **{name: {"shapes": _pool(name.endswith("_backward")), "required": {"kernel_size": [2, 2]},
               "alternatives": {"stride": [1, 1], "padding": [1, 1]},
               "grad_values": "distinct", "grad_attrs": {"stride": [1, 1]}}
-       for name in ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward")},
+       for name in ("max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward", "max_pool2d_indices")},
     "layer_norm": {"shapes": _norm("xww"), "alternatives": {"eps": 0.1}},
     "layer_norm_backward_input": {"shapes": _norm("xxw"), "alternatives": {"eps": 0.1}},
     "rms_norm": {"shapes": _norm("xw"), "alternatives": {"eps": 0.1}},
@@ -333,6 +364,9 @@ RULES: dict[str, dict[str, Any]] = {
     "one_hot": {"shapes": _static({"basic": [(6,)], "empty": [(0,)], "strided": [(3, 4)], "large": [(20011,)]}),
                 "scalar_shapes": [()], "required": {"num_classes": 5}, "index_dtype": "op",
                 "index": _bounded(lambda shapes, attrs: attrs["num_classes"])},
+    "index": {"shapes": _advanced_index(False), "index": _advanced_positions, "alternatives": {"dim": 1}},
+    "index_put": {"shapes": _advanced_index(True), "index": _advanced_positions,
+                  "alternatives": {"dim": 1, "accumulate": True}, "accumulates": True},
     # misc
     **{name: {"shapes": _static({"basic": [(3, 5, 6)], "empty": [(0, 6)], "strided": [(5, 6)],
                                  "large": [(300, 301)], "grad": [(4, 5)]}),

@@ -359,6 +359,41 @@ Dims index_add_rule(const RuleArgs& args) {
   return x.shape;
 }
 
+// index / index_put: indices [k, *B] address dims dim .. dim+k-1 of x; the result is x's shape with them replaced by B.
+Dims advanced_index_shape(const RuleArgs& args) {
+  const std::string& op = args.op.name;
+  const TensorImpl& x = args.input(0);
+  const TensorImpl& indices = args.input(1);
+  if (x.ndim() == 0) shape_error(op + ": x must have at least 1 dim");
+  int64_t dim = rule_dim(op, x, args.int_attr("dim"));
+  if (indices.ndim() == 0 || indices.shape[0] == 0) {
+    shape_error(op + ": indices must be [k, *B] with k >= 1 index tensors stacked, got shape " +
+                shape_text(indices.shape));
+  }
+  int64_t count = indices.shape[0];
+  if (dim + count > static_cast<int64_t>(x.ndim())) {
+    shape_error(op + ": " + std::to_string(count) + " index tensors from dim " + std::to_string(dim) +
+                " need more dims than x's shape " + shape_text(x.shape));
+  }
+  Dims shape;
+  for (int64_t d = 0; d < dim; ++d) shape.push_back(x.shape[d]);
+  for (size_t d = 1; d < indices.ndim(); ++d) shape.push_back(indices.shape[d]);
+  for (size_t d = static_cast<size_t>(dim + count); d < x.ndim(); ++d) shape.push_back(x.shape[d]);
+  return shape;
+}
+
+Dims index_rule(const RuleArgs& args) { return advanced_index_shape(args); }
+
+Dims index_put_rule(const RuleArgs& args) {
+  Dims expected = advanced_index_shape(args);
+  const TensorImpl& values = args.input(2);
+  if (values.shape != expected) {
+    shape_error("index_put: values must have the indexed shape " + shape_text(expected) + ", got " +
+                shape_text(values.shape));
+  }
+  return args.input(0).shape;
+}
+
 Dims one_hot_rule(const RuleArgs& args) {
   int64_t classes = args.int_attr("num_classes");
   if (classes < 0) shape_error("one_hot: num_classes must be >= 0, got " + std::to_string(classes));
@@ -548,6 +583,7 @@ const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
     {"conv2d_backward_input", conv2d_backward_input_rule},
     {"conv2d_backward_weight", conv2d_backward_weight_rule},
     {"max_pool2d", pool_rule},
+    {"max_pool2d_indices", pool_rule},
     {"avg_pool2d", pool_rule},
     {"max_pool2d_backward", pool_backward_rule},
     {"avg_pool2d_backward", pool_backward_rule},
@@ -565,6 +601,8 @@ const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
     {"index_select", index_select_rule},
     {"index_add", index_add_rule},
     {"one_hot", one_hot_rule},
+    {"index", index_rule},
+    {"index_put", index_put_rule},
     {"tril", triangle_rule},
     {"triu", triangle_rule},
     {"batch_norm_stats", batch_norm_stats_rule},

@@ -5,8 +5,8 @@ it through those ops. Which ones are compositions, and of what:
 
 - indexing with integer tensors / lists and boolean masks (``x[idx]``, ``x[mask]``,
   ``x[idx] = v``, ``index_put_`` with ``accumulate``): the basic part of the key
-  as a view, then ``index_select`` (reading) or ``scatter`` / ``index_add``
-  (writing) over the indexed dims flattened into one. A boolean mask's
+  as a view, then the ``index`` (reading) or ``index_put`` (writing) op over the
+  tensor-indexed dims (moved to the front when not adjacent, as torch). A boolean mask's
   positions are read on the host (its result's size depends on its values, as in
   torch, which synchronizes too); ``x[mask] = scalar`` with a full-shape mask is a
   ``where`` with no host round trip;
@@ -134,20 +134,16 @@ def _broadcast_shape(shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
     return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))
 
 
-def _linear_index(view: Tensor, advanced) -> tuple[Tensor, tuple[int, ...], list[int], list[int]]:
-    """(flat positions into the advanced dims of view, the index shape, those dims, the rest)."""
-    dims = [d for d, _ in advanced]
+def _stacked_indices(advanced) -> tuple[Tensor, tuple[int, ...]]:
+    """The index tensors broadcast to one shape B and stacked as [k, *B] int64 (the ops' indices input)."""
     shape = _broadcast_shape([t.shape for _, t in advanced])
-    linear = None
-    for d, t in advanced:
-        size = view.shape[d]
-        t = t.to("int64")
-        t = _ops.where(_ops.lt(t, 0), t + size, t)  # negative positions count from the end
+    rows = []
+    for _, t in advanced:
+        t = t if t.dtype.name == "int64" else t.to("int64")
         if tuple(t.shape) != shape:
             t = t.expand(shape)
-        linear = t if linear is None else linear * size + t
-    rest = [d for d in range(view.ndim) if d not in dims]
-    return linear.reshape([-1]), shape, dims, rest
+        rows.append(t.reshape([1] + list(shape)))
+    return (rows[0] if len(rows) == 1 else _ops.concat(rows, dim=0)), shape
 
 
 def _placement(dims: list[int]) -> bool:
@@ -155,28 +151,33 @@ def _placement(dims: list[int]) -> bool:
     return all(b == a + 1 for a, b in zip(dims, dims[1:]))
 
 
+def _advanced_target(view: Tensor, advanced) -> tuple[Tensor, int, Tensor, tuple[int, ...]]:
+    """(view with the indexed dims adjacent, the first of them, stacked indices, B): the index ops' operands.
+    Non-adjacent index tensors move their dims to the front, so B comes first as in torch."""
+    dims = [d for d, _ in advanced]
+    stacked, shape = _stacked_indices(advanced)
+    if _placement(dims):
+        return view, dims[0], stacked, shape
+    rest = [d for d in range(view.ndim) if d not in dims]
+    return view.permute(dims + rest), 0, stacked, shape
+
+
 def index(x: Tensor, key: Any) -> Tensor:
-    """x[key] where key holds integer tensors/lists or bool masks (numpy/torch advanced indexing)."""
+    """x[key] where key holds integer tensors/lists or bool masks (numpy/torch advanced indexing):
+    the basic part of key as a view, then the ``index`` op over the tensor-indexed dims."""
     basic, advanced, _ = _plan(x, key)
     from oar import _C
 
     view = _C.TensorBase.__getitem__(x, basic)
     if not advanced:
         return view
-    linear, shape, dims, rest = _linear_index(view, advanced)
-    moved = view.permute(dims + rest) if dims + rest != list(range(view.ndim)) else view
-    rest_shape = [view.shape[d] for d in rest]
-    flat = moved.reshape([math.prod(view.shape[d] for d in dims)] + rest_shape)
-    picked = _ops.index_select(flat, linear, dim=0).reshape(list(shape) + rest_shape)
-    if _placement(dims) and dims[0] > 0:
-        n = len(shape)
-        order = list(range(n, n + dims[0])) + list(range(n)) + list(range(n + dims[0], n + len(rest)))
-        picked = picked.permute(order)
-    return picked
+    target, dim, stacked, _ = _advanced_target(view, advanced)
+    return _ops.index(target, stacked, dim=dim)
 
 
 def index_put(x: Tensor, key: Any, value: Any, accumulate: bool = False) -> Tensor:
-    """x[key] = value (accumulate: +=, duplicates all added) in place; key as for :func:`index`."""
+    """x[key] = value (accumulate: +=, duplicates all added) in place; key as for :func:`index`;
+    the ``index_put`` op writes the tensor-indexed dims."""
     from oar import _C
 
     items = key if isinstance(key, tuple) else (key,)
@@ -188,41 +189,50 @@ def index_put(x: Tensor, key: Any, value: Any, accumulate: bool = False) -> Tens
         return x
     basic, advanced, _ = _plan(x, key)
     view = _C._index_view(x, basic)  # shares x's storage: writes into it land in x
+    if not isinstance(value, Tensor):
+        value = to_tensor(value, dtype=x.dtype, device=x.device)
+    elif value.dtype != x.dtype:
+        value = value.to(x.dtype)
     if not advanced:
         if accumulate:
             view.copy_(view + value)
         else:
             view.copy_(value)
         return x
-    linear, shape, dims, rest = _linear_index(view, advanced)
-    rest_shape = [view.shape[d] for d in rest]
-    moved = view.permute(dims + rest)
-    n = math.prod(shape) if shape else 1
-    # value as the result of x[key] would be shaped, then as [n, rest...]
-    result_shape = list(shape) + rest_shape
-    if _placement(dims) and dims[0] > 0:
-        placed = rest_shape[:dims[0]] + list(shape) + rest_shape[dims[0]:]
-    else:
-        placed = result_shape
-    if not isinstance(value, Tensor):
-        value = to_tensor(value, dtype=x.dtype, device=x.device)
-    elif value.dtype != x.dtype:
-        value = value.to(x.dtype)
-    value = value.expand(placed) if tuple(value.shape) != tuple(placed) else value
-    if placed != result_shape:
-        k, m = dims[0], len(shape)
-        order = list(range(k, k + m)) + list(range(k)) + list(range(k + m, len(placed)))
-        value = value.permute(order)
-    source = value.reshape([n] + rest_shape)
-    flat = moved.reshape([math.prod(view.shape[d] for d in dims)] + rest_shape)
-    if accumulate:
-        updated = _ops.index_add(flat, source, linear, dim=0)
-    else:
-        positions = linear.reshape([n] + [1] * len(rest_shape))
-        positions = positions.expand([n] + rest_shape) if rest_shape else positions
-        updated = _ops.scatter(flat, positions, source.contiguous() if rest_shape else source, dim=0)
-    moved.copy_(updated.reshape(list(moved.shape)))
+    target, updated = _put(view, advanced, value, accumulate)
+    target.copy_(updated)
     return x
+
+
+def _put(view: Tensor, advanced, value: Tensor, accumulate: bool) -> tuple[Tensor, Tensor]:
+    """(the view index_put wrote, the op's result for it): value broadcast to the indexed shape."""
+    target, dim, stacked, shape = _advanced_target(view, advanced)
+    placed = list(target.shape[:dim]) + list(shape) + list(target.shape[dim + len(advanced):])
+    if tuple(value.shape) != tuple(placed):
+        if value.ndim > len(placed) or any(v not in (1, p) for v, p in zip(reversed(value.shape), reversed(placed))):
+            raise ValueError(f"shape mismatch: value of shape {tuple(value.shape)} cannot be broadcast to the "
+                             f"indexing result of shape {tuple(placed)}")
+        value = value.expand(placed)
+    return target, _ops.index_put(target, stacked, value, dim=dim, accumulate=accumulate)
+
+
+def index_put_out_of_place(x: Tensor, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Tensor:
+    """torch's Tensor.index_put: x with x[indices] = values (or +=), a new tensor recorded by autograd."""
+    basic, advanced, _ = _plan(x, tuple(indices))
+    if any(item is not None and item != slice(None) for item in basic) or not advanced:
+        raise IndexError("index_put: indices must be a tuple of integer or bool tensors")
+    if None in basic:  # a 0-d bool mask adds a dim
+        return index_put(x.clone(), tuple(indices), values, accumulate=accumulate)
+    if not isinstance(values, Tensor):
+        values = to_tensor(values, dtype=x.dtype, device=x.device)
+    elif values.dtype != x.dtype:
+        values = values.to(x.dtype)
+    target, updated = _put(x, advanced, values, accumulate)
+    if target is x:
+        return updated
+    dims = [d for d, _ in advanced]
+    order = dims + [d for d in range(x.ndim) if d not in dims]
+    return updated.permute([order.index(d) for d in range(x.ndim)])
 
 
 def _scalar_like(x: Tensor, value: Any) -> Tensor:
@@ -626,8 +636,7 @@ def _install_methods() -> None:
         "__rmod__": lambda self, other: _ops.remainder(other, self),
         "__ifloordiv__": floordiv_, "__imod__": remainder_,
         "floor_divide_": floordiv_, "remainder_": remainder_,
-        "index_put_": index_put_, "index_put": lambda self, indices, values, accumulate=False:
-            index_put(self.clone(), tuple(indices), values, accumulate=accumulate),
+        "index_put_": index_put_, "index_put": index_put_out_of_place,
         "masked_fill": masked_fill, "masked_fill_": masked_fill_,
         "repeat": repeat, "repeat_interleave": repeat_interleave, "narrow": narrow,
         "add": add, "sub": sub, "div": div, "clamp": clamp, "clip": clamp,

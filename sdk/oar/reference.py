@@ -1232,3 +1232,55 @@ def pad_backward(grad, input_shape, pad, mode="constant"):
     index = tuple(np.broadcast_to(np.maximum(g, 0), grad.shape)[valid] for g in grids)
     np.add.at(out, index, grad.astype(np.float64)[valid])
     return out
+
+
+def _advanced_key(x, indices, dim, op):
+    """The numpy key of index/index_put: indices [k, *B] on dims dim .. dim+k-1 of x."""
+    axis = dim % x.ndim
+    key = [slice(None)] * axis
+    for j in range(indices.shape[0]):
+        size = x.shape[axis + j]
+        values = indices[j].astype(np.int64)
+        if values.size and (values.min() < -size or values.max() >= size):
+            bad = values[(values < -size) | (values >= size)].flat[0]
+            raise IndexError(f"{op}: index {int(bad)} is out of range for dim {axis + j} of size {size}")
+        key.append(values)
+    return tuple(key)
+
+
+@_export
+def index(x, indices, dim=0):
+    return x[_advanced_key(x, indices, dim, "index")]
+
+
+@_export
+def index_put(x, indices, values, dim=0, accumulate=False):
+    out = np.array(x, copy=True)
+    key = _advanced_key(x, indices, dim, "index_put")
+    if not accumulate:
+        out[key] = values  # numpy assigns in order: the last write wins, as the kernels
+    elif out.dtype == np.bool_:
+        np.logical_or.at(out, key, values)
+    else:
+        np.add.at(out, key, values)
+    return out
+
+
+@_export
+def max_pool2d_indices(x, kernel_size, stride=(), padding=(0, 0)):
+    if x.ndim == 3:
+        return max_pool2d_indices(x[None], kernel_size, stride, padding)[0]
+    kh, kw, sh, sw, ph, pw, oh, ow = _pool_geometry(x, kernel_size, stride, padding)
+    n, c, h, w = x.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=np.nan)
+    inside = np.pad(np.ones((n, c, h, w), bool), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    windows = _windows(xp, kh, kw, sh, sw, oh, ow)
+    valid = _windows(inside, kh, kw, sh, sw, oh, ow)
+    # rank: padding lowest, then numbers, then NaN; argmax takes the first of the highest
+    nan = np.isnan(windows) & valid
+    key = np.where(valid, np.where(nan, np.inf, windows), -np.inf)
+    top = np.max(key, axis=-1, keepdims=True)
+    first = np.argmax(np.where(nan.any(axis=-1, keepdims=True), nan, valid & (key == top)), axis=-1)
+    rows = np.arange(oh)[:, None] * sh + first // kw - ph
+    cols = np.arange(ow)[None, :] * sw + first % kw - pw
+    return (rows * w + cols).astype(np.int64)

@@ -1,8 +1,9 @@
 /* Index ops of interface/ops.yaml: embedding, gather, scatter, scatter_add,
-   index_select, index_add, one_hot, tril, triu. Index values are checked on the
+   index_select, index_add, index, index_put, one_hot, tril, triu. Index values are checked on the
    worker before anything is written: a bad one fails the command with
    INVALID_ARGUMENT (the stream's sticky error) and leaves out untouched. */
 #include "kernels_lines.h"
+#include "dtype.h"
 #include "kernels_nn_util.h"
 
 #include <inttypes.h>
@@ -32,7 +33,7 @@ static inline void copy_element(char* target, const char* source, int size) {
   }
 }
 
-/* target += source for the arithmetic dtypes; integers wrap (no signed overflow). */
+/* target += source for every dtype; integers wrap (no signed overflow), bool ors. */
 static inline void add_element(char* target, const char* source, uint8_t dtype) {
   switch (dtype) {
     case DTYPE_F32: {
@@ -59,6 +60,26 @@ static inline void add_element(char* target, const char* source, uint8_t dtype) 
       memcpy(target, &a, 4);
       break;
     }
+    case DTYPE_F16: {
+      uint16_t a, b;
+      memcpy(&a, target, 2);
+      memcpy(&b, source, 2);
+      /* exact in double, so the half result is rounded once */
+      a = dtype_double_to_half((double)dtype_half_to_float(a) + (double)dtype_half_to_float(b));
+      memcpy(target, &a, 2);
+      break;
+    }
+    case DTYPE_BF16: {
+      uint16_t a, b;
+      memcpy(&a, target, 2);
+      memcpy(&b, source, 2);
+      float sum = dtype_bfloat16_to_float(a) + dtype_bfloat16_to_float(b); /* in float, as torch */
+      a = dtype_double_to_bfloat16((double)sum);
+      memcpy(target, &a, 2);
+      break;
+    }
+    case DTYPE_I8: *(uint8_t*)target = (uint8_t)(*(uint8_t*)target + *(const uint8_t*)source); break;
+    case DTYPE_BOOL: *(uint8_t*)target = (uint8_t)(*(uint8_t*)target || *(const uint8_t*)source); break;
     default: {
       uint64_t a, b;
       memcpy(&a, target, 8);
@@ -389,6 +410,155 @@ oar_status refcpu_run_index_add(const kernel_command* cmd) {
     tensor_view target = drop_dim(&out, dim, index_at(&indices, i));
     tensor_view slice = drop_dim(&source, dim, i);
     add_view(&target, &slice);
+  }
+  return OAR_SUCCESS;
+}
+
+/* ---- index / index_put (advanced indexing) ---------------------------------------------
+   indices [k, *B] address dims dim .. dim+k-1 of x; out (index) and values (index_put) have
+   shape x.shape[:dim] + B + x.shape[dim+k:]. Items are (p, b) pairs: p over x.shape[:dim], b over
+   B; each moves one block of x.shape[dim+k:]. */
+
+typedef struct advanced_job {
+  tensor_view x;        /* the indexed tensor (index: x; index_put: out) */
+  tensor_view indices;
+  tensor_view other;    /* index: out; index_put: values */
+  int32_t dim;
+  int count;            /* k */
+  int b_ndim;           /* dims of B */
+  int64_t positions;    /* elements of B */
+  bool accumulate;
+} advanced_job;
+
+static oar_status check_advanced(const char* op, const kernel_command* cmd, int64_t dim_attr,
+                                 const tensor_view* other, const char* other_role) {
+  const tensor_view *x = &cmd->inputs[0], *indices = &cmd->inputs[1];
+  int32_t dim;
+  REFCPU_TRY(normalize_dim(op, "dim", dim_attr, x->ndim, &dim));
+  if (x->ndim == 0 || indices->ndim == 0 || indices->shape[0] == 0 || dim + indices->shape[0] > x->ndim)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                       "kernel_launch: %s: indices must be [k, *B] with 1 <= k <= %d (x's dims from dim %d), "
+                       "got %d dims%s",
+                       op, x->ndim - dim, dim, indices->ndim, indices->ndim ? " of that shape" : "");
+  int count = (int)indices->shape[0], b_ndim = indices->ndim - 1;
+  int ndim = x->ndim - count + b_ndim;
+  if (ndim > REFCPU_MAX_DIMS)
+    return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: the indexed shape has %d dims, at most %d",
+                       op, ndim, REFCPU_MAX_DIMS);
+  int64_t expected[REFCPU_MAX_DIMS];
+  int n = 0;
+  for (int d = 0; d < dim; d++) expected[n++] = x->shape[d];
+  for (int d = 0; d < b_ndim; d++) expected[n++] = indices->shape[d + 1];
+  for (int d = dim + count; d < x->ndim; d++) expected[n++] = x->shape[d];
+  if (!nn_shape_equals(other, ndim, expected)) return nn_shape_error(op, other_role, other, ndim, expected);
+  return OAR_SUCCESS;
+}
+
+/* Element offset (in indices) of index tensor j at position b of B. */
+static int64_t advanced_index_offset(const advanced_job* job, int j, int64_t b) {
+  return j * job->indices.strides[0] +
+         nn_offset_of(b, job->b_ndim, job->indices.shape + 1, job->indices.strides + 1);
+}
+
+/* Every index value in [-size, size) of its dim, before anything is written. */
+static oar_status check_advanced_values(const char* op, const advanced_job* job) {
+  bool wide = is_int64(&job->indices);
+  for (int j = 0; j < job->count; j++) {
+    int64_t size = job->x.shape[job->dim + j];
+    for (int64_t b = 0; b < job->positions; b++) {
+      int64_t value = nn_load_index(job->indices.data + advanced_index_offset(job, j, b) * job->indices.elem_size,
+                                    wide);
+      if (value < -size || value >= size)
+        return refcpu_fail(OAR_ERROR_INVALID_ARGUMENT,
+                           "kernel %s: index %" PRId64 " (element %" PRId64 " of index tensor %d) is out of "
+                           "range for dim %d of x (size %" PRId64 "): allowed [%" PRId64 ", %" PRId64 ")",
+                           op, value, b, j, job->dim + j, size, -size, size);
+    }
+  }
+  return OAR_SUCCESS;
+}
+
+/* The blocks of item (p, b): in x (the indexed position) and in other. */
+static void advanced_blocks(const advanced_job* job, int64_t item, tensor_view* x_block, tensor_view* other_block) {
+  const tensor_view *x = &job->x, *other = &job->other;
+  int64_t p = item / job->positions, b = item % job->positions;
+  int dim = job->dim, count = job->count, b_ndim = job->b_ndim;
+  int64_t x_offset = nn_offset_of(p, dim, x->shape, x->strides);
+  bool wide = is_int64(&job->indices);
+  for (int j = 0; j < count; j++) {
+    int64_t value = nn_load_index(job->indices.data + advanced_index_offset(job, j, b) * job->indices.elem_size,
+                                  wide);
+    int64_t size = x->shape[dim + j];
+    x_offset += (value < 0 ? value + size : value) * x->strides[dim + j];
+  }
+  int64_t other_offset = nn_offset_of(p, dim, other->shape, other->strides) +
+                         nn_offset_of(b, b_ndim, other->shape + dim, other->strides + dim);
+  int inner = x->ndim - dim - count;
+  *x_block = *x;
+  *other_block = *other;
+  x_block->data = x->data + x_offset * x->elem_size;
+  other_block->data = other->data + other_offset * other->elem_size;
+  x_block->ndim = other_block->ndim = inner;
+  for (int d = 0; d < inner; d++) {
+    x_block->shape[d] = other_block->shape[d] = x->shape[dim + count + d];
+    x_block->strides[d] = x->strides[dim + count + d];
+    other_block->strides[d] = other->strides[dim + b_ndim + d];
+  }
+  *x_block = lines_rank1(x_block);
+  *other_block = lines_rank1(other_block);
+}
+
+static oar_status prepare_advanced(const char* op, const kernel_command* cmd, int64_t dim_attr,
+                                   advanced_job* job) {
+  job->indices = cmd->inputs[1];
+  REFCPU_TRY(normalize_dim(op, "dim", dim_attr, job->x.ndim, &job->dim));
+  job->count = (int)job->indices.shape[0];
+  job->b_ndim = job->indices.ndim - 1;
+  job->positions = shape_numel(job->b_ndim, job->indices.shape + 1);
+  return check_advanced_values(op, job);
+}
+
+static void index_range(void* opaque, int64_t begin, int64_t end, int chunk) {
+  (void)chunk;
+  const advanced_job* job = opaque;
+  for (int64_t item = begin; item < end; item++) {
+    tensor_view source, target;
+    advanced_blocks(job, item, &source, &target);
+    nn_copy_view(&target, &source);
+  }
+}
+
+oar_status refcpu_check_index(kernel_command* cmd) {
+  return check_advanced("index", cmd, attr_int(cmd, ATTR_index_dim), &cmd->outputs[0], "out");
+}
+
+oar_status refcpu_run_index(const kernel_command* cmd) {
+  advanced_job job = {.x = cmd->inputs[0], .other = cmd->outputs[0]};
+  REFCPU_TRY(prepare_advanced("index", cmd, attr_int(cmd, ATTR_index_dim), &job));
+  int64_t items = view_numel(&job.other) == 0 ? 0 : shape_numel(job.dim, job.x.shape) * job.positions;
+  if (items == 0) return OAR_SUCCESS;
+  nn_parallel_for(items, nn_chunk_count(items, (double)(view_numel(&job.other) / items)), index_range, &job);
+  return OAR_SUCCESS;
+}
+
+oar_status refcpu_check_index_put(kernel_command* cmd) {
+  const tensor_view *x = &cmd->inputs[0], *out = &cmd->outputs[0];
+  if (!nn_shape_equals(out, x->ndim, x->shape)) return nn_shape_error("index_put", "out", out, x->ndim, x->shape);
+  return check_advanced("index_put", cmd, attr_int(cmd, ATTR_index_put_dim), &cmd->inputs[2], "values");
+}
+
+oar_status refcpu_run_index_put(const kernel_command* cmd) {
+  advanced_job job = {.x = cmd->outputs[0], .other = cmd->inputs[2],
+                      .accumulate = attr_bool(cmd, ATTR_index_put_accumulate)};
+  REFCPU_TRY(prepare_advanced("index_put", cmd, attr_int(cmd, ATTR_index_put_dim), &job));
+  nn_copy_view(&cmd->outputs[0], &cmd->inputs[0]);
+  int64_t items = view_numel(&job.other) == 0 ? 0 : shape_numel(job.dim, job.x.shape) * job.positions;
+  /* In row-major order on one thread: the last write wins and sums are reproducible. */
+  for (int64_t item = 0; item < items; item++) {
+    tensor_view target, source;
+    advanced_blocks(&job, item, &target, &source);
+    if (job.accumulate) add_view(&target, &source);
+    else nn_copy_view(&target, &source);
   }
   return OAR_SUCCESS;
 }

@@ -163,16 +163,25 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bo
                return_indices: bool = False):
     """torch's max_pool2d over [N, C, H, W] (or [C, H, W]). Without dilation and ceil_mode it is the
     max_pool2d op (the gradient goes to each window's first maximum, as torch); with them, a
-    maximum over strided views (tied maxima share the gradient)."""
-    if return_indices:
-        raise ValueError("max_pool2d: return_indices is not supported yet (no op returns the argmax of windows)")
+    maximum over strided views (tied maxima share the gradient). return_indices: also the
+    max_pool2d_indices op's int64 positions (h * W + w in each input plane, as torch)."""
     if len(_shape(x)) == 3:
+        if return_indices:
+            out, indices = max_pool2d(oar.reshape(x, shape=[1] + _shape(x)), kernel_size, stride, padding, dilation,
+                                      ceil_mode, True)
+            return oar.reshape(out, shape=_shape(out)[1:]), oar.reshape(indices, shape=_shape(indices)[1:])
         return _unbatched(x, lambda t: max_pool2d(t, kernel_size, stride, padding, dilation, ceil_mode))
     kernel = _pair(kernel_size, "kernel_size")
     strides = kernel if stride is None or stride == [] else _pair(stride, "stride")
     pads, dil = _pair(padding, "padding"), _pair(dilation, "dilation")
+    if return_indices:
+        if dil != [1, 1] or ceil_mode:
+            raise ValueError("max_pool2d: return_indices is supported without dilation and ceil_mode only "
+                             f"(got dilation={dil}, ceil_mode={ceil_mode})")
+        attrs = {"kernel_size": kernel, "stride": strides, "padding": pads}
+        return oar.max_pool2d(x, **attrs), oar.max_pool2d_indices(x, **attrs)
     if dil == [1, 1] and not ceil_mode:
-        return oar.max_pool2d(x, kernel_size=kernel, stride=strides, padding=pads)
+        return oar.max_pool2d(x, **{"kernel_size": kernel, "stride": strides, "padding": pads})
     return _windowed(x, kernel, strides, pads, dil, ceil_mode, float("-inf"), oar.maximum)[0]
 
 
