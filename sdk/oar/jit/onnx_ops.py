@@ -35,6 +35,9 @@ REFUSED = {
     **{op: "a gradient op; export runs under no_grad" for op in (
         "batch_norm_backward", "group_norm_backward", "adaptive_avg_pool2d_backward", "adaptive_max_pool2d_backward",
         "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "pad_backward")},
+    "index": "no mapping yet (advanced indexing would be a Gather per index tensor)",
+    "index_put": "in-place index_put has no mapping yet",
+    "max_pool2d_indices": "no mapping yet (ONNX MaxPool's indices count across the batch and channels)",
     "batch_norm_stats": "training-mode batch statistics; call model.eval() before oar.jit.save",
     "scatter": "in-place scatter has no mapping yet",
     "scatter_add": "in-place scatter has no mapping yet",
