@@ -116,8 +116,8 @@ def test_adaptive_pools(out):
                                      "ceil_mode": True}])
 def test_max_pool2d_dilation_and_ceil_mode(kwargs):
     check(lambda x: F.max_pool2d(x, **kwargs), lambda x: TF.max_pool2d(x, **kwargs), [rnd(1, 2, 3, 8, 9)])
-    with pytest.raises(ValueError, match="return_indices"):
-        F.max_pool2d(oar.tensor(rnd(1, 1, 1, 4, 4)), 2, return_indices=True)
+    with pytest.raises(ValueError, match="return_indices"):  # indices come from the plain max_pool2d op only
+        F.max_pool2d(oar.tensor(rnd(1, 1, 1, 8, 9)), return_indices=True, **kwargs)
 
 
 @pytest.mark.parametrize("kwargs", [{"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": False},
