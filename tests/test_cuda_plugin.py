@@ -128,8 +128,12 @@ _BUILD_TESTS = {"test_the_installed_plugin_exports_oar_plugin_init",
 
 @pytest.fixture(autouse=True)
 def _current(request):
+    """The plugin's device as the current one for its tests; the previous one back afterwards."""
+    previous = oar.get_device()
     if request.function.__name__ not in _BUILD_TESTS:
         oar.set_device(request.getfixturevalue("dev"))
+    yield
+    oar.set_device(previous)
 
 
 def _implemented_ops() -> set[str]:

@@ -73,7 +73,11 @@ def dev():
 
 @pytest.fixture(autouse=True)
 def _current(dev):
+    """dev as the current device for the test; the previous one back afterwards (later files use the default)."""
+    previous = oar.get_device()
     oar.set_device(dev)
+    yield
+    oar.set_device(previous)
 
 
 def _with_two_devices(test):
