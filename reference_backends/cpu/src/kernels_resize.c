@@ -114,38 +114,69 @@ static inline void plane_store(bool f64, char* base, int64_t i, double v) {
   else ((float*)base)[i] = (float)v;
 }
 
+/* One output cell's adaptive window: rows [r0, r1) and columns [c0, c1) of the input plane. */
+typedef struct {
+  int64_t r0, r1, c0, c1;
+} adaptive_window;
+
+static inline adaptive_window window_of(const resize_job* job, int64_t i, int64_t j) {
+  return (adaptive_window){adaptive_begin(i, job->in_h, job->out_h), adaptive_end(i, job->in_h, job->out_h),
+                           adaptive_begin(j, job->in_w, job->out_w), adaptive_end(j, job->in_w, job->out_w)};
+}
+
+/* Where the window's maximum is (the first one; NaN wins, as in torch). */
+static inline int64_t window_argmax(const resize_job* job, const char* x, adaptive_window win, bool f64) {
+  int64_t w = job->in_w, best_at = win.r0 * w + win.c0;
+  double best = plane_load(f64, x, best_at);
+  for (int64_t r = win.r0; r < win.r1; r++)
+    for (int64_t c = win.c0; c < win.c1; c++) {
+      double e = plane_load(f64, x, r * w + c);
+      if (e > best || (isnan(e) && !isnan(best))) best = e, best_at = r * w + c;
+    }
+  return best_at;
+}
+
+/* Output cell (i, j)'s bilinear taps: at[2a + b] is source row a, column b; its weight row_w[a] * col_w[b]. */
+static inline void bilinear_taps(const resize_job* job, int64_t i, int64_t j, int64_t at[4], double row_w[2],
+                                 double col_w[2]) {
+  int64_t w = job->in_w;
+  row_w[0] = 1 - job->row_l[i], row_w[1] = job->row_l[i];
+  col_w[0] = 1 - job->col_l[j], col_w[1] = job->col_l[j];
+  at[0] = job->row0[i] * w + job->col0[j], at[1] = job->row0[i] * w + job->col1[j];
+  at[2] = job->row1[i] * w + job->col0[j], at[3] = job->row1[i] * w + job->col1[j];
+}
+
 /* Inlined into resize_range with f64 a constant, so each dtype gets its own loops. */
 static inline __attribute__((always_inline)) void resize_forward_plane(const resize_job* job, const char* x,
                                                                       char* out, bool f64) {
-  int64_t h = job->in_h, w = job->in_w, oh = job->out_h, ow = job->out_w;
+  int64_t w = job->in_w, oh = job->out_h, ow = job->out_w;
   for (int64_t i = 0; i < oh; i++) {
     for (int64_t j = 0; j < ow; j++) {
       double v = 0.0;
-      if (job->kind == RESIZE_ADAPTIVE_AVG || job->kind == RESIZE_ADAPTIVE_MAX) {
-        int64_t r0 = adaptive_begin(i, h, oh), r1 = adaptive_end(i, h, oh);
-        int64_t c0 = adaptive_begin(j, w, ow), c1 = adaptive_end(j, w, ow);
-        bool is_max = job->kind == RESIZE_ADAPTIVE_MAX;
-        v = is_max ? plane_load(f64, x, r0 * w + c0) : 0.0;
-        for (int64_t r = r0; r < r1; r++)
-          for (int64_t c = c0; c < c1; c++) {
-            double e = plane_load(f64, x, r * w + c);
-            if (!is_max) v += e;
-            else if (e > v || (isnan(e) && !isnan(v))) v = e;
-          }
-        if (!is_max) v /= (double)((r1 - r0) * (c1 - c0));
+      if (job->kind == RESIZE_ADAPTIVE_MAX) {
+        v = plane_load(f64, x, window_argmax(job, x, window_of(job, i, j), f64));
+      } else if (job->kind == RESIZE_ADAPTIVE_AVG) {
+        adaptive_window win = window_of(job, i, j);
+        for (int64_t r = win.r0; r < win.r1; r++)
+          for (int64_t c = win.c0; c < win.c1; c++) v += plane_load(f64, x, r * w + c);
+        v /= (double)((win.r1 - win.r0) * (win.c1 - win.c0));
       } else if (job->kind == RESIZE_NEAREST) {
         v = plane_load(f64, x, job->row0[i] * w + job->col0[j]);
       } else {
-        double rl = job->row_l[i], cl = job->col_l[j];
-        double top = (1 - cl) * plane_load(f64, x, job->row0[i] * w + job->col0[j]) +
-                     cl * plane_load(f64, x, job->row0[i] * w + job->col1[j]);
-        double bottom = (1 - cl) * plane_load(f64, x, job->row1[i] * w + job->col0[j]) +
-                        cl * plane_load(f64, x, job->row1[i] * w + job->col1[j]);
-        v = (1 - rl) * top + rl * bottom;
+        int64_t at[4];
+        double rw[2], cw[2];
+        bilinear_taps(job, i, j, at, rw, cw);
+        double top = cw[0] * plane_load(f64, x, at[0]) + cw[1] * plane_load(f64, x, at[1]);
+        double bottom = cw[0] * plane_load(f64, x, at[2]) + cw[1] * plane_load(f64, x, at[3]);
+        v = rw[0] * top + rw[1] * bottom;
       }
       plane_store(f64, out, i * ow + j, v);
     }
   }
+}
+
+static inline void plane_add(bool f64, char* base, int64_t i, double v) {
+  plane_store(f64, base, i, plane_load(f64, base, i) + v);
 }
 
 /* dx (an input plane) = the forward's weights transposed, applied to grad (an output plane). */
@@ -156,35 +187,21 @@ static inline __attribute__((always_inline)) void resize_backward_plane(const re
   for (int64_t i = 0; i < oh; i++) {
     for (int64_t j = 0; j < ow; j++) {
       double g = plane_load(f64, grad, i * ow + j);
-      if (job->kind == RESIZE_ADAPTIVE_AVG || job->kind == RESIZE_ADAPTIVE_MAX) {
-        int64_t r0 = adaptive_begin(i, h, oh), r1 = adaptive_end(i, h, oh);
-        int64_t c0 = adaptive_begin(j, w, ow), c1 = adaptive_end(j, w, ow);
-        if (job->kind == RESIZE_ADAPTIVE_MAX) {
-          int64_t best_at = r0 * w + c0;
-          double best = plane_load(f64, x, best_at);
-          for (int64_t r = r0; r < r1; r++)
-            for (int64_t c = c0; c < c1; c++) {
-              double e = plane_load(f64, x, r * w + c);
-              if (e > best || (isnan(e) && !isnan(best))) best = e, best_at = r * w + c;
-            }
-          plane_store(f64, dx, best_at, plane_load(f64, dx, best_at) + g);
-          continue;
-        }
-        double share = g / (double)((r1 - r0) * (c1 - c0));
-        for (int64_t r = r0; r < r1; r++)
-          for (int64_t c = c0; c < c1; c++) plane_store(f64, dx, r * w + c, plane_load(f64, dx, r * w + c) + share);
+      if (job->kind == RESIZE_ADAPTIVE_MAX) {
+        plane_add(f64, dx, window_argmax(job, x, window_of(job, i, j), f64), g);
+      } else if (job->kind == RESIZE_ADAPTIVE_AVG) {
+        adaptive_window win = window_of(job, i, j);
+        double share = g / (double)((win.r1 - win.r0) * (win.c1 - win.c0));
+        for (int64_t r = win.r0; r < win.r1; r++)
+          for (int64_t c = win.c0; c < win.c1; c++) plane_add(f64, dx, r * w + c, share);
       } else if (job->kind == RESIZE_NEAREST) {
-        int64_t at = job->row0[i] * w + job->col0[j];
-        plane_store(f64, dx, at, plane_load(f64, dx, at) + g);
+        plane_add(f64, dx, job->row0[i] * w + job->col0[j], g);
       } else {
-        double rl = job->row_l[i], cl = job->col_l[j];
-        int64_t rows[2] = {job->row0[i], job->row1[i]}, cols[2] = {job->col0[j], job->col1[j]};
-        double rw[2] = {1 - rl, rl}, cw[2] = {1 - cl, cl};
+        int64_t at[4];
+        double rw[2], cw[2];
+        bilinear_taps(job, i, j, at, rw, cw);
         for (int a = 0; a < 2; a++)
-          for (int b = 0; b < 2; b++) {
-            int64_t at = rows[a] * w + cols[b];
-            plane_store(f64, dx, at, plane_load(f64, dx, at) + g * rw[a] * cw[b]);
-          }
+          for (int b = 0; b < 2; b++) plane_add(f64, dx, at[2 * a + b], g * rw[a] * cw[b]);
       }
     }
   }
