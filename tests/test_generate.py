@@ -5,6 +5,7 @@ seeded, streaming yields the same tokens, and decoding allocates no device memor
 
 import numpy as np
 import pytest
+from generation_helpers import prefill_then_decode_logits
 
 from oar.models import data
 
@@ -65,27 +66,11 @@ def torch_llama_logits(model, tokens: np.ndarray) -> np.ndarray:
 
 
 def test_prefill_and_decode_logits_match_torch(model):
-    import oar
-    from oar.models.generation import KVCache
-
     prompt = data.encode("def f(x): return x")
     ref = torch_llama_logits(model, prompt)
-    cfg = model.cfg
-    device = model.tok_emb.weight.device
-    cache = KVCache(cfg.n_layers, 1, cfg.n_heads, cfg.head_dim, cfg.max_seq_len, device)
     t = len(prompt) - 3
-    model.eval()
-    with oar.no_grad():
-        cache.begin_prefill([0], t)
-        logits = [model.forward_cached(oar.tensor(prompt[None, :t], device=device),
-                                       oar.tensor(np.arange(t)[None, :], device=device), cache, 0).numpy()[0]]
-        for slot in range(t, len(prompt)):
-            cache.open_slot(slot)
-            logits.append(model.forward_cached(oar.tensor(prompt[None, slot:slot + 1], device=device),
-                                               oar.tensor(np.asarray([[slot]]), device=device), cache, slot)
-                          .numpy()[0])
-    model.train()
-    np.testing.assert_allclose(np.stack(logits), ref[t - 1:], rtol=1e-4, atol=1e-4)
+    logits = prefill_then_decode_logits(model, prompt, t, model.tok_emb.weight.device)
+    np.testing.assert_allclose(logits, ref[t - 1:], rtol=1e-4, atol=1e-4)
 
 
 def test_sampling_is_seeded_and_top_k_1_is_greedy(model):

@@ -5,6 +5,7 @@ is seeded, streaming yields the same tokens, and decoding allocates no device me
 
 import numpy as np
 import pytest
+from generation_helpers import prefill_then_decode_logits
 
 torch = pytest.importorskip("torch")
 
@@ -44,29 +45,13 @@ def test_a_batch_of_different_lengths_gives_each_prompts_own_tokens(model):
 
 
 def test_cached_logits_match_transformers(model):
-    import oar
-    from oar.models.generation import KVCache
-
     tokens = prompt(4, 12)
     hf = model.to_transformers()
     with torch.no_grad():
         ref = hf(torch.from_numpy(tokens[None, :])).logits[0].numpy()
-    n_layers, n_heads, head_dim, max_len = model.cache_shape()
-    device = model.wte.weight.device
-    cache = KVCache(n_layers, 1, n_heads, head_dim, max_len, device)
     t = 8
-    model.eval()
-    with oar.no_grad():
-        cache.begin_prefill([0], t)
-        logits = [model.forward_cached(oar.tensor(tokens[None, :t], device=device),
-                                       oar.tensor(np.arange(t)[None, :], device=device), cache, 0).numpy()[0]]
-        for slot in range(t, len(tokens)):
-            cache.open_slot(slot)
-            logits.append(model.forward_cached(oar.tensor(tokens[None, slot:slot + 1], device=device),
-                                               oar.tensor(np.asarray([[slot]]), device=device), cache, slot)
-                          .numpy()[0])
-    model.train()
-    np.testing.assert_allclose(np.stack(logits), ref[t - 1:], rtol=1e-4, atol=1e-4)
+    logits = prefill_then_decode_logits(model, tokens, t, model.wte.weight.device)
+    np.testing.assert_allclose(logits, ref[t - 1:], rtol=1e-4, atol=1e-4)
 
 
 def test_forward_api_is_unchanged_and_training_mode_comes_back(model):
