@@ -4,29 +4,13 @@ there and never in this process, so the other tests keep seeing the same plugins
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
-
-from oar.vendor.plugins import opencl_library
+from opencl_subprocess import run_on_opencl
 
 pytest.importorskip("oar_codegen")
 
-SCRIPT = textwrap.dedent("""
-    import numpy as np
-    import oar
+SCRIPT = """
     import oar.nn.functional as F
-    from oar.vendor.plugins import opencl_library
-
-    try:
-        plugin = oar.load_plugin(opencl_library())
-    except oar.PluginLoadError as error:
-        print("SKIP no OpenCL device:", error)
-        raise SystemExit(0)
-    oar.set_device(f"{plugin.device_type}:0")
     rng = np.random.default_rng(0)
     x = oar.tensor(rng.standard_normal((24, 80)).astype(np.float32))
     w = oar.tensor(rng.standard_normal(80).astype(np.float32))
@@ -50,16 +34,8 @@ SCRIPT = textwrap.dedent("""
     entry = next(iter(compiled._entries.values()))[0]
     assert entry.executable.target.name == "opencl", entry.executable.target
     print("OK", compiled.stats)
-""")
+"""
 
 
 def test_fused_patterns_match_eager_on_opencl(tmp_path):
-    if opencl_library() is None:
-        pytest.skip("the OpenCL plugin is not built (no OpenCL headers and ICD loader when oar was built)")
-    env = dict(os.environ, OAR_CACHE_DIR=str(tmp_path), POCL_DEVICES=os.environ.get("POCL_DEVICES", "pthread"))
-    env.pop("OAR_OPENCL_DISABLE", None)
-    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    if result.stdout.startswith("SKIP"):
-        pytest.skip(result.stdout[5:].strip())
-    assert result.stdout.startswith("OK"), result.stdout + result.stderr
+    run_on_opencl(SCRIPT, tmp_path)

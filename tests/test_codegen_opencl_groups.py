@@ -1,32 +1,16 @@
 """The GPU targets' work-group-per-row kernels (row reductions as a tree over local memory), run on
 PoCL: its CPU device would get one thread per row, so the script treats it as a GPU to exercise the
-group path; values against numpy. In a subprocess, as test_codegen_opencl.py."""
+group path; values against numpy. In a subprocess (tests/opencl_subprocess.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
-
-from oar.vendor.plugins import opencl_library
+from opencl_subprocess import run_on_opencl
 
 pytest.importorskip("oar_codegen")
 
-SCRIPT = textwrap.dedent("""
-    import numpy as np
-    import oar
+SCRIPT = """
     import oar_codegen.targets as targets
-    from oar.vendor.plugins import opencl_library
-
-    try:
-        plugin = oar.load_plugin(opencl_library())
-    except oar.PluginLoadError as error:
-        print("SKIP no OpenCL device:", error)
-        raise SystemExit(0)
-    oar.set_device(f"{plugin.device_type}:0")
     targets.is_cpu_device = lambda properties: False  # take the GPU path on PoCL
     rng = np.random.default_rng(0)
     xs = rng.standard_normal((7, 300)).astype(np.float32)
@@ -55,19 +39,11 @@ SCRIPT = textwrap.dedent("""
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
     assert np.isnan(got[0][3]).all() and np.isnan(got[2][3]) and not np.isnan(np.delete(got[2], 3)).any()
     print("OK", len(sources), "kernels")
-""")
+"""
 
 
 def test_work_group_row_kernels_match_numpy_on_opencl(tmp_path):
-    if opencl_library() is None:
-        pytest.skip("the OpenCL plugin is not built (no OpenCL headers and ICD loader when oar was built)")
-    env = dict(os.environ, OAR_CACHE_DIR=str(tmp_path), POCL_DEVICES=os.environ.get("POCL_DEVICES", "pthread"))
-    env.pop("OAR_OPENCL_DISABLE", None)
-    result = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    if result.stdout.startswith("SKIP"):
-        pytest.skip(result.stdout[5:].strip())
-    assert result.stdout.startswith("OK"), result.stdout + result.stderr
+    run_on_opencl(SCRIPT, tmp_path)
 
 
 def test_row_group_size_follows_the_device_and_the_row():
