@@ -55,3 +55,16 @@ def run_with_refcpu_faults():
         return result.stdout.splitlines()
 
     return run
+
+
+@pytest.fixture
+def refcpu_without_fallback(dev):
+    """dev as the current device for the test, and a failure if any op fell back to the host."""
+    import oar
+
+    previous = oar.get_device()
+    oar.set_device(dev)
+    oar.reset_fallback_stats()
+    yield
+    oar.set_device(previous)
+    assert not oar.fallback_stats(), f"host fallback ran: {oar.fallback_stats()}"

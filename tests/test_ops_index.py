@@ -7,13 +7,9 @@ import pytest
 import torch
 
 import oar
+from torch_compare import pair
 
 RNG = np.random.default_rng(14)
-
-
-def _pair(array, requires_grad=False):
-    return (oar.tensor(array, requires_grad=requires_grad),
-            torch.tensor(array, requires_grad=requires_grad))
 
 
 def _keys(key):
@@ -40,7 +36,7 @@ KEYS = {
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "bool"])
 def test_getitem_matches_torch(name, dtype):
     x = (RNG.standard_normal((3, 4, 5)) * 4).astype(dtype)
-    ox, tx = _pair(x)
+    ox, tx = pair(x)
     ko, kt = _keys(KEYS[name])
     got, want = ox[ko].numpy(), tx[kt].numpy()
     assert got.shape == want.shape
@@ -50,7 +46,7 @@ def test_getitem_matches_torch(name, dtype):
 @pytest.mark.parametrize("name", [n for n in KEYS if n != "empty"])
 def test_getitem_backward_is_index_put_accumulate(name):
     x = RNG.standard_normal((3, 4, 5))
-    ox, tx = _pair(x, requires_grad=True)
+    ox, tx = pair(x, requires_grad=True)
     ko, kt = _keys(KEYS[name])
     weights = RNG.standard_normal(tuple(tx[kt].shape))
     (ox[ko] * oar.tensor(weights)).sum().backward()
@@ -78,7 +74,7 @@ def test_index_put_with_duplicates(accumulate, dtype):
 
 def test_setitem_broadcast_value_and_two_index_tensors():
     x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
-    ox, tx = _pair(x)
+    ox, tx = pair(x)
     i, j = np.array([[0], [2]]), np.array([1, -1])
     ox[oar.tensor(i), :, oar.tensor(j)] = oar.tensor(np.float32([7.0, 8.0, 9.0, 10.0]))
     tx[torch.tensor(i), :, torch.tensor(j)] = torch.tensor([7.0, 8.0, 9.0, 10.0])

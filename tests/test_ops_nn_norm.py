@@ -15,31 +15,21 @@ import torch.nn.functional as TF
 import oar
 import oar.nn as nn
 import oar.nn.functional as F
+from torch_compare import assert_close, pair, uniform
 
 TOL = {"float32": dict(rtol=1e-4, atol=1e-5), "float64": dict(rtol=1e-10, atol=1e-10)}
 DTYPES = ["float32", "float64"]
 
 
-@pytest.fixture(autouse=True)
-def _on_refcpu(dev):
-    oar.set_device(dev)
-    oar.reset_fallback_stats()
-    yield
-    assert not oar.fallback_stats(), f"host fallback ran: {oar.fallback_stats()}"
+pytestmark = pytest.mark.usefixtures("refcpu_without_fallback")
 
 
 def _values(shape, dtype="float32", seed=0, low=-2.0, high=2.0):
-    return np.random.default_rng(seed).uniform(low, high, size=shape).astype(dtype)
-
-
-def _pair(array, requires_grad=False):
-    return oar.tensor(array, requires_grad=requires_grad), torch.tensor(array, requires_grad=requires_grad)
+    return uniform(shape, dtype, seed, low, high)
 
 
 def _close(got, want, dtype="float32"):
-    want = want.detach().numpy() if isinstance(want, torch.Tensor) else np.asarray(want)
-    got = got.numpy() if isinstance(got, oar.Tensor) else np.asarray(got)
-    np.testing.assert_allclose(got, want, **TOL.get(dtype, dict(rtol=0, atol=0)))
+    assert_close(got, want, TOL.get(dtype, dict(rtol=0, atol=0)))
 
 
 def _check_grads(oar_fn, torch_fn, arrays, dtype, seed=7):
@@ -90,7 +80,7 @@ def test_batch_norm_eval_matches_torch(dtype):
 
 def test_batch_norm_without_affine_and_cumulative_momentum():
     x = _values((6, 3, 4), "float32")
-    ox, tx = _pair(x, True)
+    ox, tx = pair(x, True)
     om, ov, tm, tv = oar.zeros(3), oar.ones(3), torch.zeros(3), torch.ones(3)
     tracked = oar.zeros(1, dtype=oar.int64).reshape([])
     for _ in range(2):

@@ -13,36 +13,16 @@ import torch.nn.functional as TF
 
 import oar
 import oar.nn.functional as F
+from torch_compare import assert_close, pair, uniform
 
 TOL = {"float32": dict(rtol=1e-5, atol=1e-6), "float64": dict(rtol=1e-12, atol=1e-12)}
 
 
-@pytest.fixture(autouse=True)
-def _on_refcpu(dev):
-    oar.set_device(dev)
-    oar.reset_fallback_stats()
-    yield
-    assert not oar.fallback_stats(), f"host fallback ran: {oar.fallback_stats()}"
-
-
-def _values(shape, dtype="float32", seed=0, low=-4.0, high=4.0):
-    rng = np.random.default_rng(seed)
-    return rng.uniform(low, high, size=shape).astype(dtype)
-
-
-def _pair(array, requires_grad=False):
-    return (oar.tensor(array, requires_grad=requires_grad),
-            torch.tensor(array, requires_grad=requires_grad))
+pytestmark = pytest.mark.usefixtures("refcpu_without_fallback")
 
 
 def _close(got, want, dtype="float32"):
-    want = want.detach().numpy() if isinstance(want, torch.Tensor) else np.asarray(want)
-    got = got.numpy() if isinstance(got, oar.Tensor) else np.asarray(got)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    if np.issubdtype(want.dtype, np.floating):
-        np.testing.assert_allclose(got, want, **TOL.get(dtype, TOL["float32"]), equal_nan=True)
-    else:
-        np.testing.assert_array_equal(got, want)
+    assert_close(got, want, TOL.get(dtype, TOL["float32"]))
 
 
 ACTIVATIONS = [
@@ -67,12 +47,12 @@ ACTIVATIONS = [
 @pytest.mark.parametrize("name, ours, theirs", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
 def test_activation_values_and_gradients(name, ours, theirs, dtype):
     # away from the kinks at -3, 0, 3 and the bounds, where one-sided derivatives differ
-    array = _values((5, 7), dtype, seed=1)
+    array = uniform((5, 7), dtype, seed=1)
     array[np.abs(array - np.round(array)) < 0.05] += 0.1
-    x, tx = _pair(array, requires_grad=True)
+    x, tx = pair(array, requires_grad=True)
     out, tout = ours(x), theirs(tx)
     _close(out, tout, dtype)
-    upstream = _values(tuple(tout.shape), dtype, seed=2)
+    upstream = uniform(tuple(tout.shape), dtype, seed=2)
     out.backward(oar.tensor(upstream))
     tout.backward(torch.tensor(upstream))
     if dtype == "float64" and name in ("hardsigmoid", "hardswish"):
@@ -84,7 +64,7 @@ def test_activation_values_and_gradients(name, ours, theirs, dtype):
 
 def test_activations_keep_extremes_and_nan():
     array = np.array([-1e30, -50.0, -1e-7, 0.0, 1e-7, 50.0, 1e30, np.inf, -np.inf, np.nan], np.float32)
-    x, tx = _pair(array)
+    x, tx = pair(array)
     for ours, theirs in [(F.softplus, TF.softplus), (F.mish, TF.mish), (oar.expm1, torch.expm1),
                          (lambda t: F.elu(t), TF.elu), (F.hardswish, TF.hardswish), (F.relu6, TF.relu6),
                          (lambda t: F.leaky_relu(t), TF.leaky_relu)]:
@@ -100,8 +80,8 @@ def test_floor_divide_and_remainder_match_python(dtype):
     if dtype.startswith("float"):
         a = a + rng.uniform(-1, 1, size=a.shape).astype(dtype)
         b = b * 0.75
-    x, tx = _pair(a)
-    y, ty = _pair(b)
+    x, tx = pair(a)
+    y, ty = pair(b)
     _close(x // y, tx // ty, dtype)
     _close(x % y, tx % ty, dtype)
     _close(7 // y, 7 // ty, dtype)
@@ -119,8 +99,8 @@ def test_integer_division_by_zero_is_an_error():
 
 
 def test_remainder_gradient_and_int_extremes():
-    a, ta = _pair(_values((4, 3), seed=5), requires_grad=True)
-    b, tb = _pair(_values((4, 3), seed=6, low=0.5, high=2.0), requires_grad=True)
+    a, ta = pair(uniform((4, 3), seed=5), requires_grad=True)
+    b, tb = pair(uniform((4, 3), seed=6, low=0.5, high=2.0), requires_grad=True)
     (a % b).sum().backward()
     (ta % tb).sum().backward()
     _close(a.grad, ta.grad)
@@ -135,18 +115,18 @@ def test_remainder_gradient_and_int_extremes():
 
 
 def test_add_sub_alpha_clamp_tensor_bounds_logical_ops():
-    a, ta = _pair(_values((3, 4), seed=7))
-    b, tb = _pair(_values((4,), seed=8))
+    a, ta = pair(uniform((3, 4), seed=7))
+    b, tb = pair(uniform((4,), seed=8))
     _close(a.add(b, alpha=2.5), torch.add(ta, tb, alpha=2.5))
     _close(a.sub(b, alpha=-3), ta.sub(tb, alpha=-3))
-    lo, tlo = _pair(_values((3, 1), seed=9, low=-2, high=0))
-    hi, thi = _pair(_values((4,), seed=10, low=0, high=2))
+    lo, tlo = pair(uniform((3, 1), seed=9, low=-2, high=0))
+    hi, thi = pair(uniform((4,), seed=10, low=0, high=2))
     _close(oar.clamp(a, lo, hi), torch.clamp(ta, tlo, thi))
     _close(a.clamp(min=lo), ta.clamp(min=tlo))
     ints = np.array([[0, 3, -2], [0, 0, 5]], np.int32)
     floats = np.array([[0.0, np.nan, 0.5], [1.0, 0.0, -0.0]], np.float32)
-    i, ti = _pair(ints)
-    f, tf = _pair(floats)
+    i, ti = pair(ints)
+    f, tf = pair(floats)
     _close(oar.logical_and(i, f), torch.logical_and(ti, tf))
     _close(oar.logical_or(i, f), torch.logical_or(ti, tf))
     _close(oar.logical_and(f, f), torch.logical_and(tf, tf))
@@ -154,7 +134,7 @@ def test_add_sub_alpha_clamp_tensor_bounds_logical_ops():
 
 @pytest.mark.parametrize("correction", [0, 1, 1.5, 2])
 def test_std_and_var_with_float_correction(correction):
-    x, tx = _pair(_values((6, 9), "float64", seed=11), requires_grad=True)
+    x, tx = pair(uniform((6, 9), "float64", seed=11), requires_grad=True)
     _close(oar.var(x, 1, correction=correction), torch.var(tx, 1, correction=correction), "float64")
     _close(x.std(0, correction=correction, keepdim=True), tx.std(0, correction=correction, keepdim=True), "float64")
     x.std(correction=correction).backward()
@@ -166,7 +146,7 @@ def test_std_and_var_with_float_correction(correction):
 def test_cumsum_cumprod(dtype):
     rng = np.random.default_rng(12)
     array = rng.integers(-3, 4, size=(4, 6)).astype(dtype)
-    x, tx = _pair(array)
+    x, tx = pair(array)
     for dim in (0, 1, -1):
         _close(x.cumsum(dim=dim), tx.cumsum(dim))
         _close(x.cumprod(dim=dim), tx.cumprod(dim))
@@ -175,7 +155,7 @@ def test_cumsum_cumprod(dtype):
 
 
 def test_cumsum_cumprod_gradients():
-    x, tx = _pair(_values((3, 5), "float64", seed=13, low=0.5, high=2.0), requires_grad=True)
+    x, tx = pair(uniform((3, 5), "float64", seed=13, low=0.5, high=2.0), requires_grad=True)
     (x.cumsum(dim=1) * x.cumprod(dim=0)).sum().backward()
     (tx.cumsum(1) * tx.cumprod(0)).sum().backward()
     _close(x.grad, tx.grad, "float64")
@@ -189,7 +169,7 @@ def test_sort_argsort_topk(dtype, descending):
     if dtype.startswith("float"):
         array[1, 3] = np.nan
         array[2, [0, 4]] = [np.inf, -np.inf]
-    x, tx = _pair(array)
+    x, tx = pair(array)
     for dim in (1, 0):
         values, indices = x.sort(dim=dim, descending=descending)
         tvalues, tindices = tx.sort(dim=dim, descending=descending, stable=True)
@@ -201,9 +181,9 @@ def test_sort_argsort_topk(dtype, descending):
         array = array.copy()
         array[np.isnan(array)] = 0.25  # topk's order among equal values is unspecified in torch; keep them distinct
         array = array + np.arange(array.size).reshape(array.shape) * 1e-3
-        x, tx = _pair(array)
+        x, tx = pair(array)
     else:
-        x, tx = _pair(rng.permutation(45).reshape(5, 9).astype(dtype))
+        x, tx = pair(rng.permutation(45).reshape(5, 9).astype(dtype))
     values, indices = x.topk(4, dim=1, largest=descending)
     tvalues, tindices = tx.topk(4, dim=1, largest=descending)
     _close(values, tvalues)
@@ -212,7 +192,7 @@ def test_sort_argsort_topk(dtype, descending):
 
 def test_sort_and_topk_gradients():
     array = np.random.default_rng(15).permutation(20).reshape(4, 5).astype(np.float64)
-    x, tx = _pair(array, requires_grad=True)
+    x, tx = pair(array, requires_grad=True)
     weights = np.arange(8, dtype=np.float64).reshape(4, 2)
     (x.topk(2, dim=1).values * oar.tensor(weights)).sum().backward()
     (tx.topk(2, dim=1).values * torch.tensor(weights)).sum().backward()
@@ -223,7 +203,7 @@ def test_sort_and_topk_gradients():
 def test_argmax_argmin_any_all(dtype):
     rng = np.random.default_rng(16)
     array = rng.integers(-3, 4, size=(4, 5, 3)).astype(dtype)
-    x, tx = _pair(array)
+    x, tx = pair(array)
     _close(oar.argmax(x), torch.argmax(tx))
     _close(oar.argmin(x), torch.argmin(tx))
     _close(x.argmin(dim=1), tx.argmin(1))
@@ -233,14 +213,14 @@ def test_argmax_argmin_any_all(dtype):
         _close(oar.any(x, dim=dim), tx.any(dim=tuple(dim)) if dim else tx.any())
         _close(oar.all(x, dim=dim, keepdim=True), tx.all(dim=tuple(dim), keepdim=True) if dim else
                tx.all().reshape(1, 1, 1))
-    empty, tempty = _pair(np.zeros((0, 3), dtype))
+    empty, tempty = pair(np.zeros((0, 3), dtype))
     _close(empty.any(dim=[0]), tempty.any(0))
     _close(empty.all(dim=[0]), tempty.all(0))
 
 
 def test_tensor_and_mask_indexing_read():
-    array = _values((4, 5, 6), seed=17)
-    x, tx = _pair(array, requires_grad=True)
+    array = uniform((4, 5, 6), seed=17)
+    x, tx = pair(array, requires_grad=True)
     idx = np.array([[0, 3], [2, -1]])
     i, ti = oar.tensor(idx), torch.tensor(idx)
     cases = [
@@ -265,8 +245,8 @@ def test_tensor_and_mask_indexing_read():
 
 
 def test_tensor_and_mask_indexing_write():
-    array = _values((4, 5), seed=18)
-    x, tx = _pair(array)
+    array = uniform((4, 5), seed=18)
+    x, tx = pair(array)
     idx = np.array([3, 0, 3])
     x[oar.tensor(idx)] = oar.tensor(np.arange(5, dtype=np.float32))
     tx[torch.tensor(idx)] = torch.arange(5, dtype=torch.float32)
@@ -282,7 +262,7 @@ def test_tensor_and_mask_indexing_write():
     x[oar.tensor(rows)] = oar.tensor([[1.0], [2.0]])
     tx[torch.tensor(rows)] = torch.tensor([[1.0], [2.0]])
     _close(x, tx)
-    acc, tacc = _pair(np.zeros((3, 2), np.float32))
+    acc, tacc = pair(np.zeros((3, 2), np.float32))
     positions = (oar.tensor([0, 2, 0, 0]), oar.tensor([1, 1, 1, 0]))
     tpositions = (torch.tensor([0, 2, 0, 0]), torch.tensor([1, 1, 1, 0]))
     acc.index_put_(positions, oar.tensor([1.0, 2.0, 3.0, 4.0]), accumulate=True)
@@ -291,8 +271,8 @@ def test_tensor_and_mask_indexing_write():
 
 
 def test_masked_fill_repeat_repeat_interleave_narrow_new():
-    array = _values((3, 4), seed=19)
-    x, tx = _pair(array, requires_grad=True)
+    array = uniform((3, 4), seed=19)
+    x, tx = pair(array, requires_grad=True)
     mask = np.array([[True, False, False, True]])
     out = x.masked_fill(oar.tensor(mask), -5.0) * x.repeat(2, 1, 2).sum(0)[:, :4] + x.narrow(1, 1, 2).sum()
     tout = tx.masked_fill(torch.tensor(mask), -5.0) * tx.repeat(2, 1, 2).sum(0)[:, :4] + tx.narrow(1, 1, 2).sum()
@@ -312,15 +292,15 @@ def test_masked_fill_repeat_repeat_interleave_narrow_new():
 
 
 def test_addmm_baddbmm_einsum():
-    a, ta = _pair(_values((3, 4), "float64", seed=20), requires_grad=True)
-    b, tb = _pair(_values((4, 5), "float64", seed=21), requires_grad=True)
-    c, tc = _pair(_values((5,), "float64", seed=22), requires_grad=True)
+    a, ta = pair(uniform((3, 4), "float64", seed=20), requires_grad=True)
+    b, tb = pair(uniform((4, 5), "float64", seed=21), requires_grad=True)
+    c, tc = pair(uniform((5,), "float64", seed=22), requires_grad=True)
     _close(oar.addmm(c, a, b, beta=0.5, alpha=2.0), torch.addmm(tc, ta, tb, beta=0.5, alpha=2.0), "float64")
-    nan_input, tnan_input = _pair(np.full((3, 5), np.nan))
+    nan_input, tnan_input = pair(np.full((3, 5), np.nan))
     _close(oar.addmm(nan_input, a, b, beta=0), torch.addmm(tnan_input, ta, tb, beta=0), "float64")
-    p, tp = _pair(_values((2, 3, 4), "float64", seed=23))
-    q, tq = _pair(_values((2, 4, 5), "float64", seed=24))
-    r, tr = _pair(_values((2, 3, 5), "float64", seed=25))
+    p, tp = pair(uniform((2, 3, 4), "float64", seed=23))
+    q, tq = pair(uniform((2, 4, 5), "float64", seed=24))
+    r, tr = pair(uniform((2, 3, 5), "float64", seed=25))
     _close(oar.baddbmm(r, p, q, alpha=0.5), torch.baddbmm(tr, tp, tq, alpha=0.5), "float64")
     equations = [
         ("ij,jk->ik", (a, b), (ta, tb)),

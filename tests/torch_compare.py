@@ -1,0 +1,26 @@
+"""Shared by the op tests that check oar against torch on the same inputs."""
+
+import numpy as np
+import torch
+
+import oar
+
+
+def uniform(shape, dtype="float32", seed=0, low=-4.0, high=4.0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(low, high, size=shape).astype(dtype)
+
+
+def pair(array, requires_grad=False):
+    """The same values as an oar tensor and a torch tensor."""
+    return oar.tensor(array, requires_grad=requires_grad), torch.tensor(array, requires_grad=requires_grad)
+
+
+def assert_close(got, want, tol: dict) -> None:
+    """Same shape; floats within tol (rtol/atol, NaN equal to NaN), other dtypes exact."""
+    want = want.detach().numpy() if isinstance(want, torch.Tensor) else np.asarray(want)
+    got = got.numpy() if isinstance(got, oar.Tensor) else np.asarray(got)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if np.issubdtype(want.dtype, np.floating):
+        np.testing.assert_allclose(got, want, **tol, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, want)
