@@ -24,6 +24,7 @@ from oar.jit import tracing
 from oar.jit.onnx_ops import BROADCASTING, CREATION, MAPPED, ONNX_TYPE, mapping_problem
 from oar.jit.errors import ExportError
 from oar.jit.tracing import IntExpr, Traced, constant
+from oar_codegen.trace import Ref
 
 OPSET = 18
 INLINE_LIMIT = 1 << 30  # initializers above 1 GiB in all go to one external data file beside the model
@@ -401,7 +402,7 @@ class Exporter:
             outs = [self.operand(ref, [t.operands[j][1][k] for t in self.traces])
                     for k, ref in enumerate(launch.outputs)]
             launch_refs.append((operands, outs))
-        out_refs = [self.operand(_OutRef(*o), []) for o in base.outputs]
+        out_refs = [self.operand(Ref(*o, wrapped=False), []) for o in base.outputs]
         extents = self.take(len(base.extents))
         for slot, i in base.input_slots.items():
             shape = tuple(IntExpr(1, (self.dynamic[i][a],)) if a in self.dynamic.get(i, {}) else constant(n)
@@ -439,23 +440,6 @@ class Exporter:
         scale = self.g.const(np.array(launch.attrs["step"], dtype=np.dtype(dtype)))
         start = self.g.const(np.array(launch.attrs["start"], dtype=np.dtype(dtype)))
         return self.g.node("Add", [self.g.node("Mul", [steps, scale]), start])
-
-
-class _OutRef:
-    """A model output in the shape of oar_codegen's Ref (the model's view of its storage)."""
-
-    def __init__(self, slot, offset, shape, strides, dtype):
-        self.slot, self.offset, self.shape, self.strides, self.dtype = slot, offset, shape, strides, dtype
-        self.wrapped = False
-
-    @property
-    def dense(self) -> bool:
-        expected = 1
-        for size, stride in reversed(list(zip(self.shape, self.strides))):
-            if size != 1 and stride != expected:
-                return False
-            expected *= size
-        return True
 
 
 # ---------------------------------------------------------------- oar.jit.save
