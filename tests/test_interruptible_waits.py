@@ -90,8 +90,11 @@ def run_and_interrupt(code: str, *args: str) -> tuple[subprocess.CompletedProces
     from SIGINT to its exit come back with its output."""
     env = dict(os.environ, OAR_REFCPU_DEVICE_TYPE="refcpu", OAR_REFCPU_THREADS="1")
     env.pop("OAR_PLUGIN_PATH", None)
+    # A shell that runs pytest in the background starts it with SIGINT ignored, which the child
+    # would inherit (and Python then installs no KeyboardInterrupt handler): restore the default.
     child = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         first = child.stdout.readline()
         assert first == "waiting\n", first + child.stderr.read()
