@@ -497,3 +497,39 @@ def test_norm_weight_gradients_sum_columns_inside_the_row_kernel(norm):
     x = _rand(700, 96)  # more rows than one grid point takes: partial column sums per point
     _, explanation = _check_compiled(step, x, rtol=1e-4, atol=1e-4)
     assert any(norm in ops and ops[-1] == "sum" for _, ops in explanation.kernels), str(explanation)
+
+
+def _elementwise_cases():
+    """Every op of ops.yaml that fuses as elementwise, with float inputs in its domain."""
+    import oar_opset
+
+    opset = oar_opset.default()
+    cases = []
+    for name in sorted(opset.fused_as("elementwise")):
+        op = opset[name]
+        if "float32" not in op.dtypes or any(i.role != "data" for i in op.inputs):
+            continue  # bool-only ops and where's condition are covered by the tests above
+        cases.append(pytest.param(name, len([i for i in op.inputs if not i.optional]), id=name))
+    return cases
+
+
+ATTRS = {"cast": dict(dtype="float16"), "clamp": dict(min=-2.0, max=2.5), "hardtanh": dict(min_val=-0.5, max_val=2.0),
+         "leaky_relu": dict(negative_slope=0.2), "elu": dict(alpha=0.7), "softplus": dict(beta=2.0, threshold=3.0)}
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a kernel that fails to build must fail, not run eagerly
+@pytest.mark.parametrize("op,arity", _elementwise_cases())
+def test_every_elementwise_op_compiles_and_matches_eager(op, arity):
+    """Each elementwise op of ops.yaml in a fused chain (so a kernel is built, not only planned):
+    the generated kernel gives eager's values, NaN and signed zeros included."""
+    values = np.array([-7.5, -3.0, -2.5, -1.0, -0.5, -0.0, 0.0, 0.25, 1.0, 2.5, 3.0, 6.5, 30.0, np.nan],
+                      np.float32)
+    a = oar.tensor(np.tile(values, len(values)))
+    b = oar.tensor(np.repeat(np.where(values == 0, 2.0, values), len(values)).astype(np.float32))
+    function = getattr(oar, op, None) or getattr(F, op)
+
+    def fn(x, y):
+        chained = [x * 1.0, y * 1.0][:arity]
+        return oar.cast(function(*chained, **ATTRS.get(op, {})), dtype="float32") * 1.0
+
+    _check_compiled(fn, a, b, rtol=1e-6, atol=1e-6)

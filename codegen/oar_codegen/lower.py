@@ -133,9 +133,11 @@ def domain_of(launch: Launch) -> Domain:
     for k, ref in enumerate(launch.inputs + launch.outputs):
         if k < len(launch.inputs) and _OPSET[op].inputs[k].role == "index" and ref.dtype in _INDEX_TYPES:
             continue  # the target: class indices
+        if k == 0 and op == "cast" and ref.dtype == "int8":
+            continue  # int8 codes read as float: dequantization fuses
         if ref.dtype not in FLOATS and not (ref.dtype == "bool" and op in _BOOL_OK):
             raise LoweringRefused(f"{op} on {ref.dtype} (fusion handles float32, float16 and bfloat16, "
-                                  "and bool conditions)")
+                                  "bool conditions, and casts from int8)")
     if not launch.fresh and (op != "copy" or not launch.outputs[0].dense):
         raise LoweringRefused(f"{op} writes into a strided view of an existing tensor")
     if any(math.prod(ref.shape) == 0 for ref in launch.inputs + launch.outputs):
@@ -254,6 +256,11 @@ def _reduction(kind: str) -> Rule:
     return rule
 
 
+# Elementwise ops whose float attrs their oar_<op> helper takes, in this order.
+_ACTIVATION_ATTRS = {"hardtanh": ("min_val", "max_val"), "leaky_relu": ("negative_slope",), "elu": ("alpha",),
+                     "softplus": ("beta", "threshold")}
+
+
 def _elementwise(b: ExprBuilder, op: str, attrs: dict, ins: list, out_dtype: str) -> Expr:
     if op in ("copy",):
         return ins[0]
@@ -279,6 +286,9 @@ def _elementwise(b: ExprBuilder, op: str, attrs: dict, ins: list, out_dtype: str
         if high is not None and not (isinstance(high, float) and math.isinf(high) and high > 0):
             x = b.call("clamp_high", x, b.const(high))
         return x
+    if op in _ACTIVATION_ATTRS:  # the attrs become the helper's trailing arguments
+        defaults = {a.name: a.default for a in _OPSET[op].attrs}
+        return b.call(op, ins[0], *(b.const(float(attrs.get(name, defaults[name]))) for name in _ACTIVATION_ATTRS[op]))
     if op == "where":
         condition = ins[0] if ins[0].dtype == "bool" else b.call("ne", ins[0], b.const(0.0), dtype="bool")
         return b.call("where", condition, ins[1], ins[2])

@@ -22,7 +22,8 @@ from oar_codegen.ir import COLUMN_SUM, TOTAL_SUM, Access, Expr, walk
 
 __all__ = ["KernelModel", "model_of", "float_literal"]
 
-_INDEX_CTYPES = {"int32": "int32_t", "int64": "int64_t"}
+# Integer buffers a kernel reads as float: class indices, and the int8 codes a cast from int8 loads.
+_INTEGER_CTYPES = {"int8": "int8_t", "int32": "int32_t", "int64": "int64_t"}
 # Outputs of at least this many elements (4 MiB of float32, more than a core's cache) may be
 # written around the cache: reading their lines first (write-allocate) would cost a third more traffic.
 _STREAM_MIN_ELEMENTS = 1 << 20
@@ -118,7 +119,7 @@ class _Writer:
             return f"({address} != 0)"
         if dtype in _HALF_LOADS:
             return f"{_HALF_LOADS[dtype]}({address})"
-        return f"(float){address}" if dtype in _INDEX_CTYPES else address
+        return f"(float){address}" if dtype in _INTEGER_CTYPES else address
 
     def expression(self, e: Expr, lines: list[str], local: dict, index: str) -> str:
         """The name (or literal) of e's value, emitting its statements into lines (element scope) or
@@ -296,7 +297,7 @@ def _buffers(spec: KernelSpec) -> list[dict]:
     def ctype(dtype: str) -> str:
         if dtype == "bool":
             return "unsigned char"
-        return "uint16_t" if dtype in _HALF_LOADS else _INDEX_CTYPES.get(dtype, "float")
+        return "uint16_t" if dtype in _HALF_LOADS else _INTEGER_CTYPES.get(dtype, "float")
     return [{"index": i, "ctype": ctype(d)} for i, d in enumerate(spec.buffer_dtypes)]
 
 
