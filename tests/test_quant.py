@@ -4,6 +4,7 @@ quantize_weights on the Llama-style model, and save/load with the scheme checked
 
 import numpy as np
 import pytest
+from opencl_subprocess import run_on_opencl
 
 from oar.models import data
 
@@ -175,3 +176,53 @@ def test_quantized_linear_keeps_gradients_through_the_dequantized_path(dev):
     np.testing.assert_allclose(y.detach().numpy(), fast, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(x.grad.numpy(), np.broadcast_to(q.dequantized_weight().numpy().sum(0), (3, 64)),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bits,symmetric", [(8, True), (8, False), (4, True), (4, False)])
+def test_dequantized_weight_is_one_fused_kernel_equal_to_numpy(dev, private_kernel_cache, bits, symmetric):
+    import oar
+    import oar.nn as nn
+    from oar.quantization import QuantizedLinear, QuantScheme, dequantize_array, quantize_array
+
+    oar.manual_seed(3)
+    linear = nn.Linear(96, 40).to(oar.device(dev))
+    scheme = QuantScheme(bits=bits, group_size=32, symmetric=symmetric)
+    q = QuantizedLinear.from_linear(linear, scheme)
+    want = dequantize_array(*quantize_array(linear.weight.numpy(), scheme), 32)
+    np.testing.assert_allclose(q.dequantized_weight().numpy(), want, rtol=1e-6, atol=1e-7)
+    explanation = oar.compile.explain(q.dequantized_weight)  # 4 bits: split the bytes, then scale
+    assert len(explanation.kernels) == (1 if bits == 8 else 2) and not explanation.eager, str(explanation)
+    compiled = oar.compile(q.dequantized_weight)
+    for _ in range(2):  # trace, then replay
+        np.testing.assert_allclose(compiled().numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+
+def test_quantized_linear_on_a_plugin_without_the_op_dequantizes_with_elementwise_ops(tmp_path):
+    """The OpenCL plugin has no weight_only_linear kernel: QuantizedLinear dequantizes with elementwise
+    ops and a matmul there instead of sending the whole op to the host, eager and compiled. (Two of
+    those ops, floor_divide and remainder, are declared host fallbacks of this plugin.)"""
+    run_on_opencl("""
+        import oar.nn as nn
+        from oar.quantization import QuantizedLinear, QuantScheme, dequantize_array, quantize_array
+
+        dev = oar.get_device()
+        assert oar.raw.kernel_query("weight_only_linear", ["float32", "int8", "float32", "float32", "float32"],
+                                    dev, allow_missing=True) is None, "the plugin grew the op: test another way"
+        oar.manual_seed(4)
+        linear = nn.Linear(64, 24, bias=True).to(dev)
+        scheme = QuantScheme(bits=4, group_size=32, symmetric=False)
+        q = QuantizedLinear.from_linear(linear, scheme)
+        xs = np.random.default_rng(4).standard_normal((5, 64)).astype(np.float32)
+        want = xs @ dequantize_array(*quantize_array(linear.weight.numpy(), scheme), 32).T + linear.bias.numpy()
+        oar.reset_fallback_stats()
+        with oar.no_grad():
+            eager = q(oar.tensor(xs)).numpy()
+            compiled = oar.compile(q)
+            runs = [compiled(oar.tensor(xs)).numpy() for _ in range(2)]
+        assert "weight_only_linear" not in oar.fallback_stats(), oar.fallback_stats()
+        assert set(oar.fallback_stats()) <= {"floor_divide", "remainder"}, oar.fallback_stats()
+        for got in [eager, *runs]:
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        print("OK")
+    """, tmp_path)

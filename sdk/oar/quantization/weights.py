@@ -9,6 +9,7 @@ with lo/hi in 0..15, lo the even input feature); zero is 0 when symmetric.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -95,10 +96,22 @@ def hadamard_rotation(k: int, seed: int) -> np.ndarray:
     return (signs[:, None] * np.kron(np.eye(k // block), h)).astype(np.float32)
 
 
+def _has_weight_only_linear(device) -> bool:
+    """Whether device's plugin has a weight_only_linear kernel."""
+    return _has_weight_only_linear_on(str(device))
+
+
+@functools.lru_cache(maxsize=None)
+def _has_weight_only_linear_on(device: str) -> bool:
+    dtypes = ["float32", "int8", "float32", "float32", "float32"]  # x, qweight, scales, zeros -> out
+    return oar.raw.kernel_query("weight_only_linear", dtypes, device, allow_missing=True) is not None
+
+
 class QuantizedLinear(nn.Module):
     """A Linear whose weight is stored as int8 / packed int4 codes with per-group scales (and
     zeros); forward runs the op weight_only_linear, which dequantizes inside the matmul (after x @ rotation when
-    the scheme rotates: (x R)(W R)^T = x W^T for orthogonal R)."""
+    the scheme rotates: (x R)(W R)^T = x W^T for orthogonal R). On a device without the op's kernel it
+    dequantizes with elementwise device ops and a matmul instead of falling back to the host."""
 
     def __init__(self, in_features: int, out_features: int, scheme: QuantScheme, bias: bool = False):
         super().__init__()
@@ -114,6 +127,8 @@ class QuantizedLinear(nn.Module):
         if bias:
             self.register_buffer("bias", oar.zeros([out_features]))
         rotation = hadamard_rotation(in_features, scheme.seed) if scheme.rotate else None
+        # The divisors that split a byte into its two 4-bit codes (see dequantized_weight).
+        self.register_buffer("nibble_divisors", oar.tensor(np.array([1.0, 16.0], np.float32)), persistent=False)
         self.rotation = None
         if rotation is not None:  # recomputed from the scheme, so not in the state
             self.register_buffer("rotation", oar.tensor(rotation), persistent=False)
@@ -136,22 +151,24 @@ class QuantizedLinear(nn.Module):
         return self.qweight.numel() + 4 * (self.scales.numel() + (0 if self.scheme.symmetric else self.zeros.numel()))
 
     def dequantized_weight(self):
-        """The float32 weight [out, in] (in the rotated basis when the scheme rotates)."""
+        """The float32 weight [out, in] (in the rotated basis when the scheme rotates), from elementwise
+        device ops that oar.compile fuses: one kernel for 8 bits; for 4 bits one that splits the bytes
+        into codes and one that scales them (the code of a byte's half is no row/column stride away)."""
         n, k, g = self.out_features, self.in_features, self.scheme.group_size
-        codes = oar.cast(self.qweight, dtype="float32")
-        if self.scheme.bits == 4:
-            u = oar.add(codes, 128.0)  # lo + 16 hi in 0..255, exact in float32
-            hi = oar.cast(oar.cast(oar.div(u, 16.0), dtype="int32"), dtype="float32")
-            lo = oar.sub(u, oar.mul(hi, 16.0))
-            codes = oar.sub(oar.concat([lo.reshape(n, k // 2, 1), hi.reshape(n, k // 2, 1)], dim=-1), 8.0)
-        groups = codes.reshape(n, k // g, g)
-        w = oar.mul(oar.sub(groups, self.zeros.reshape(n, k // g, 1)), self.scales.reshape(n, k // g, 1))
+        if self.scheme.bits == 8:
+            codes = oar.cast(self.qweight.reshape(n, k // g, g), dtype="float32")
+        else:  # byte u = lo + 16 hi (u = qweight + 128, exact in float32); [lo, hi] = (u // [1, 16]) % 16
+            pairs = self.qweight.reshape(n, k // 2, 1).expand(n, k // 2, 2)
+            u = oar.add(oar.cast(pairs, dtype="float32"), 128.0)
+            codes = oar.sub(oar.remainder(oar.floor_divide(u, self.nibble_divisors), 16.0), 8.0).reshape(n, k // g, g)
+        w = oar.mul(oar.sub(codes, self.zeros.reshape(n, k // g, 1)), self.scales.reshape(n, k // g, 1))
         return w.reshape(n, k)
 
     def forward(self, x):
         if self.rotation is not None:
             x = oar.matmul(x, self.rotation)
-        if oar.is_grad_enabled() and x.requires_grad:  # the op has no backward: differentiate the dequantized path
+        differentiating = oar.is_grad_enabled() and x.requires_grad  # the op has no backward
+        if differentiating or not _has_weight_only_linear(x.device):
             return F.linear(x, self.dequantized_weight(), self.bias)
         y = oar.weight_only_linear(x, self.qweight, self.scales, self.zeros, bits=self.scheme.bits,
                                    group_size=self.scheme.group_size)
