@@ -1284,3 +1284,19 @@ def max_pool2d_indices(x, kernel_size, stride=(), padding=(0, 0)):
     rows = np.arange(oh)[:, None] * sh + first // kw - ph
     cols = np.arange(ow)[None, :] * sw + first % kw - pw
     return (rows * w + cols).astype(np.int64)
+
+
+@_export
+def lstm_cell(gates, c_prev):
+    i, f, g, o = np.split(gates.astype(np.float64), 4, axis=1)
+    c = sigmoid(f) * c_prev + sigmoid(i) * np.tanh(g)
+    return np.concatenate([sigmoid(o) * np.tanh(c), c], axis=1)
+
+
+@_export
+def gru_cell(input_gates, hidden_gates, h_prev):
+    xr, xz, xn = np.split(input_gates.astype(np.float64), 3, axis=1)
+    hr, hz, hn = np.split(hidden_gates.astype(np.float64), 3, axis=1)
+    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+    n = np.tanh(xn + r * hn)
+    return (1.0 - z) * n + z * h_prev
