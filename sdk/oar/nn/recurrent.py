@@ -1,7 +1,7 @@
 """Recurrent layers (LSTM, GRU) with torch's parameter names, shapes, gate order and
-initialization. Each step is one fused cell: the input projections of the whole sequence are
-one matmul per layer and direction, then per step one matmul with the hidden state and the
-gates' elementwise ops."""
+initialization. The input projections of the whole sequence are one matmul per layer and
+direction; each step is then one matmul with the hidden state and one fused cell op
+(lstm_cell / gru_cell: the gates' elementwise part, with its backward)."""
 
 from __future__ import annotations
 
@@ -16,27 +16,22 @@ from oar.nn.parameter import Parameter
 __all__ = ["LSTM", "GRU", "lstm_cell", "gru_cell"]
 
 
-def _gates(t, count: int):
-    width = int(t.shape[-1]) // count
-    return [oar.slice(t, dim=-1, start=k * width, stop=(k + 1) * width) for k in range(count)]
+def _columns(t, start: int, stop: int):
+    return oar.slice(t, dim=-1, start=start, stop=stop)
 
 
 def lstm_cell(x_proj, h, c, w_hh, b_hh=None):
-    """One LSTM step, torch's gate order (input, forget, cell, output); x_proj = x W_ih^T + b_ih."""
+    """One LSTM step, torch's gate order (input, forget, cell, output); x_proj = x W_ih^T + b_ih.
+    Returns (h, c), views of the lstm_cell op's [h | c]."""
     gates = oar.add(x_proj, F.linear(h, w_hh, b_hh))
-    i, f, g, o = _gates(gates, 4)
-    c = oar.add(oar.mul(oar.sigmoid(f), c), oar.mul(oar.sigmoid(i), oar.tanh(g)))
-    return oar.mul(oar.sigmoid(o), oar.tanh(c)), c
+    hidden = int(c.shape[-1])
+    both = oar.lstm_cell(gates, c)
+    return _columns(both, 0, hidden), _columns(both, hidden, 2 * hidden)
 
 
 def gru_cell(x_proj, h, w_hh, b_hh=None):
     """One GRU step, torch's gate order (reset, update, new); x_proj = x W_ih^T + b_ih."""
-    xr, xz, xn = _gates(x_proj, 3)
-    hr, hz, hn = _gates(F.linear(h, w_hh, b_hh), 3)
-    r = oar.sigmoid(oar.add(xr, hr))
-    z = oar.sigmoid(oar.add(xz, hz))
-    n = oar.tanh(oar.add(xn, oar.mul(r, hn)))
-    return oar.add(n, oar.mul(z, oar.sub(h, n)))  # (1 - z) n + z h
+    return oar.gru_cell(x_proj, F.linear(h, w_hh, b_hh), h)
 
 
 class _RNNBase(Module):
