@@ -65,6 +65,20 @@ def test_cell_op_gradients_match_torch(op):
         np.testing.assert_allclose(o.grad.numpy(), t.grad.numpy(), rtol=1e-12, atol=1e-12, err_msg=f"input {k}")
 
 
+@pytest.mark.parametrize("op", sorted(CELLS))
+def test_fused_backward_op_and_the_recorded_backward_agree(op):
+    """Plain backward runs the fused <op>_backward kernel; create_graph records the same arithmetic
+    in ops. Both give torch's gradient, and the backward op matches oar.reference."""
+    torch_fn, shapes = CELLS[op]
+    arrays = [rnd(30 + k, *s, scale=3.0) for k, s in enumerate(shapes(3, 5))]
+    w = rnd(40, *tuple(torch_fn(*[torch.tensor(a) for a in arrays]).shape))
+    fused = getattr(oar, op + "_backward")(oar.tensor(w), *[oar.tensor(a) for a in arrays]).numpy()
+    np.testing.assert_allclose(fused, getattr(reference, op + "_backward")(w, *arrays), rtol=1e-13, atol=1e-13)
+    ours = [oar.tensor(a, requires_grad=True) for a in arrays]
+    recorded = oar.autograd.grad((getattr(oar, op)(*ours) * oar.tensor(w)).sum(), ours, create_graph=True)
+    np.testing.assert_allclose(np.concatenate([g.numpy() for g in recorded], axis=1), fused, rtol=1e-13, atol=1e-13)
+
+
 def test_cell_op_reads_strided_inputs():
     gates, c = rnd(1, 8, 3), rnd(2, 2, 3)  # gates stored transposed: a [3, 8] view with strides (1, 3)
     view = oar.transpose(oar.tensor(gates), dim0=0, dim1=1)

@@ -706,4 +706,8 @@ RULES.update({
         [(_CELL_SIZES[case][0], 4 * _CELL_SIZES[case][1]), _CELL_SIZES[case]], {})},
     "gru_cell": {"shapes": lambda case, attrs: None if case not in _CELL_SIZES else (
         [(_CELL_SIZES[case][0], 3 * _CELL_SIZES[case][1])] * 2 + [_CELL_SIZES[case]], {})},
+    "lstm_cell_backward": {"shapes": lambda case, attrs: None if case not in _CELL_SIZES else (
+        [(_CELL_SIZES[case][0], k * _CELL_SIZES[case][1]) for k in (2, 4, 1)], {})},
+    "gru_cell_backward": {"shapes": lambda case, attrs: None if case not in _CELL_SIZES else (
+        [(_CELL_SIZES[case][0], k * _CELL_SIZES[case][1]) for k in (1, 3, 3, 1)], {})},
 })

@@ -578,8 +578,8 @@ Dims pad_backward_rule(const RuleArgs& args) {
   return x;
 }
 
-// Recurrent cells: every input is [N, k*H] with the same N and H (k = 4, 1 for lstm_cell; 3, 3, 1
-// for gru_cell); H comes from the previous state, the last input.
+// Recurrent cells and their backward ops: every input is [N, k*H] with the same N and H (k per
+// input in blocks); H comes from the previous state, the last input.
 Dims cell_rule(const RuleArgs& args, const std::vector<int64_t>& blocks, int64_t out_blocks) {
   const TensorImpl& state = args.input(blocks.size() - 1);
   if (state.ndim() != 2) {
@@ -599,6 +599,8 @@ Dims cell_rule(const RuleArgs& args, const std::vector<int64_t>& blocks, int64_t
 
 Dims lstm_cell_rule(const RuleArgs& args) { return cell_rule(args, {4, 1}, 2); }
 Dims gru_cell_rule(const RuleArgs& args) { return cell_rule(args, {3, 3, 1}, 1); }
+Dims lstm_cell_backward_rule(const RuleArgs& args) { return cell_rule(args, {2, 4, 1}, 5); }
+Dims gru_cell_backward_rule(const RuleArgs& args) { return cell_rule(args, {1, 3, 3, 1}, 7); }
 
 const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
     {"conv2d", conv2d_rule},
@@ -644,6 +646,8 @@ const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
     {"pad_backward", pad_backward_rule},
     {"lstm_cell", lstm_cell_rule},
     {"gru_cell", gru_cell_rule},
+    {"lstm_cell_backward", lstm_cell_backward_rule},
+    {"gru_cell_backward", gru_cell_backward_rule},
 };
 
 }  // namespace

@@ -12,6 +12,7 @@ import math
 from typing import Any, Sequence
 
 from oar.autograd import _runtime as rt
+from oar.autograd.grad_mode import is_grad_enabled
 
 __all__ = [
     "TensorMeta", "unreduce", "count", "shape", "ndim", "inverse_permutation", "sum_leading",
@@ -335,12 +336,16 @@ def _columns(t, count):
     return [cut(t, dim=1, start=k * width, stop=(k + 1) * width) for k in range(count)]
 
 
-def lstm_cell_grads(grad, gates, c_prev, out):
-    """[d gates, d c_prev] of lstm_cell from grad [N, 2H] = [dh | dc] (out = [h | c])."""
+def lstm_cell_grads(grad, gates, c_prev):
+    """[d gates, d c_prev] of lstm_cell from grad [N, 2H] = [dh | dc]: the fused lstm_cell_backward
+    op, or (when the backward is recorded, create_graph) the same arithmetic in differentiable ops."""
+    if not is_grad_enabled():
+        both = _op("lstm_cell_backward")(grad, gates, c_prev)
+        return _split_columns(both, [4, 1])
     sigmoid, tanh = _op("sigmoid"), _op("tanh")
     i, f, g, o = (sigmoid(t) if k != 2 else tanh(t) for k, t in enumerate(_columns(gates, 4)))
     dh, dc = _columns(grad, 2)
-    tc = tanh(_columns(out, 2)[1])
+    tc = tanh(f * c_prev + i * g)
     dc = dc + dh * o * (1.0 - tc * tc)
     d_gates = _op("concat")([dc * g * i * (1.0 - i), dc * c_prev * f * (1.0 - f), dc * i * (1.0 - g * g),
                              dh * tc * o * (1.0 - o)], dim=1)
@@ -348,7 +353,10 @@ def lstm_cell_grads(grad, gates, c_prev, out):
 
 
 def gru_cell_grads(grad, input_gates, hidden_gates, h_prev):
-    """[d input_gates, d hidden_gates, d h_prev] of gru_cell from grad [N, H]."""
+    """[d input_gates, d hidden_gates, d h_prev] of gru_cell from grad [N, H]: the fused
+    gru_cell_backward op, or (create_graph) the same arithmetic in differentiable ops."""
+    if not is_grad_enabled():
+        return _split_columns(_op("gru_cell_backward")(grad, input_gates, hidden_gates, h_prev), [3, 3, 1])
     sigmoid, tanh, concat = _op("sigmoid"), _op("tanh"), _op("concat")
     xr, xz, xn = _columns(input_gates, 3)
     hr, hz, hn = _columns(hidden_gates, 3)
@@ -359,6 +367,15 @@ def gru_cell_grads(grad, input_gates, hidden_gates, h_prev):
     dr = dn * hn * r * (1.0 - r)
     return [concat([dr, dz, dn], dim=1), concat([dr, dz, dn * r], dim=1), grad * z]
 
+
+def _split_columns(t, blocks):
+    """t [N, sum(blocks)*H] cut into column ranges of blocks[k]*H (views)."""
+    width = shape(t)[1] // sum(blocks)
+    cut, start, parts = _op("slice"), 0, []
+    for count in blocks:
+        parts.append(cut(t, dim=1, start=start * width, stop=(start + count) * width))
+        start += count
+    return parts
 
 HELPERS = {
     "unreduce": unreduce, "count": count, "shape": shape, "ndim": ndim,

@@ -34,7 +34,8 @@ REFUSED = {
     "rms_norm_backward_input": "a gradient op; export runs under no_grad",
     **{op: "a gradient op; export runs under no_grad" for op in (
         "batch_norm_backward", "group_norm_backward", "adaptive_avg_pool2d_backward", "adaptive_max_pool2d_backward",
-        "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "pad_backward")},
+        "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "pad_backward",
+        "lstm_cell_backward", "gru_cell_backward")},
     "index": "no mapping yet (advanced indexing would be a Gather per index tensor)",
     "index_put": "in-place index_put has no mapping yet",
     "max_pool2d_indices": "no mapping yet (ONNX MaxPool's indices count across the batch and channels)",
