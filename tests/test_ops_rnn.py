@@ -203,3 +203,49 @@ def test_module_records_one_cell_op_per_step():
         cells += type(node).__name__.lower().startswith("lstm_cell") or getattr(node, "op", None) == "lstm_cell"
         stack.extend(fn for fn, *_ in getattr(node, "next_functions", ()))
     assert cells == 4
+
+
+# ---- ONNX LSTM/GRU lower onto the fused cells ---------------------------------------------------------
+
+def _onnx_recurrent(kind, hidden, width, directions, linear_before_reset):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    gates = 4 if kind == "LSTM" else 3
+    rng = np.random.default_rng(0)
+    weights = {"W": rng.uniform(-0.5, 0.5, (directions, gates * hidden, width)),
+               "R": rng.uniform(-0.5, 0.5, (directions, gates * hidden, hidden)),
+               "B": rng.uniform(-0.5, 0.5, (directions, 2 * gates * hidden))}
+    attrs = dict(hidden_size=hidden, direction="bidirectional" if directions == 2 else "forward")
+    if kind == "GRU":
+        attrs["linear_before_reset"] = linear_before_reset
+    outs = ["Y", "Y_h"] + (["Y_c"] if kind == "LSTM" else [])
+    graph = helper.make_graph(
+        [helper.make_node(kind, ["X", "W", "R", "B"], outs, **attrs)], "recurrent",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [5, 3, width])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * (4 if o == "Y" else 3)) for o in outs],
+        [numpy_helper.from_array(a.astype(np.float32), name) for name, a in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+@pytest.mark.parametrize("kind,directions,linear_before_reset,fused", [
+    ("LSTM", 1, 0, True), ("LSTM", 2, 0, True), ("GRU", 2, 1, True),
+    ("GRU", 1, 0, False),  # ONNX's default GRU applies r before the matmul: not torch's cell
+])
+def test_onnx_recurrent_layers_use_the_fused_cells(kind, directions, linear_before_reset, fused, monkeypatch):
+    ort = pytest.importorskip("onnxruntime")
+    from oar import ops
+    from oar.onnx.backend import OarBackend
+
+    monkeypatch.setenv("OAR_ONNX_DEVICE", "refcpu")
+    model = _onnx_recurrent(kind, 6, 4, directions, linear_before_reset)
+    op = "lstm_cell" if kind == "LSTM" else "gru_cell"
+    calls = []
+    real = getattr(ops, op)
+    monkeypatch.setattr(ops, op, lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    x = rnd(1, 5, 3, 4).astype(np.float32)
+    got = OarBackend.prepare(model).run([x])
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
+    assert len(calls) == (5 * directions if fused else 0)
