@@ -27,6 +27,7 @@ typedef struct rnn_job {
   /* gates [4H] = [i | f | g | o], c_prev [H] -> out [2H] = [h | c] */                                \
   REFCPU_VECTOR_CLONES static void lstm_row_##SUFFIX(const T* restrict gates, const T* restrict c_prev, T* restrict out,     \
                                 int64_t h) {                                                           \
+    _Pragma("GCC ivdep") /* the column blocks of one row never overlap */                           \
     for (int64_t k = 0; k < h; k++) {                                                                  \
       T c = sigmoid_##SUFFIX(gates[h + k]) * c_prev[k] + sigmoid_##SUFFIX(gates[k]) * TANH(gates[2 * h + k]); \
       out[k] = sigmoid_##SUFFIX(gates[3 * h + k]) * TANH(c);                                           \
@@ -37,6 +38,7 @@ typedef struct rnn_job {
   /* x [3H] = [r | z | n] input gates, hg [3H] the hidden ones, h_prev [H] -> out [H] */               \
   REFCPU_VECTOR_CLONES static void gru_row_##SUFFIX(const T* restrict x, const T* restrict hg, const T* restrict h_prev,    \
                                T* restrict out, int64_t h) {                                           \
+    _Pragma("GCC ivdep") /* the column blocks of one row never overlap */                           \
     for (int64_t k = 0; k < h; k++) {                                                                  \
       T r = sigmoid_##SUFFIX(x[k] + hg[k]);                                                            \
       T z = sigmoid_##SUFFIX(x[h + k] + hg[h + k]);                                                    \
@@ -48,6 +50,7 @@ typedef struct rnn_job {
   /* grad [2H] = [dh | dc], gates [4H], c_prev [H] -> out [5H] = [d i | d f | d g | d o | d c_prev] */ \
   REFCPU_VECTOR_CLONES static void lstm_backward_row_##SUFFIX(const T* restrict grad, const T* restrict gates,               \
                                          const T* restrict c_prev, T* restrict out, int64_t h) {        \
+    _Pragma("GCC ivdep") /* the column blocks of one row never overlap */                           \
     for (int64_t k = 0; k < h; k++) {                                                                  \
       T i = sigmoid_##SUFFIX(gates[k]), f = sigmoid_##SUFFIX(gates[h + k]);                            \
       T g = TANH(gates[2 * h + k]), o = sigmoid_##SUFFIX(gates[3 * h + k]);                            \
@@ -64,6 +67,7 @@ typedef struct rnn_job {
   /* grad [H], x [3H], hg [3H], h_prev [H] -> out [7H] = [d x (3H) | d hg (3H) | d h_prev] */          \
   REFCPU_VECTOR_CLONES static void gru_backward_row_##SUFFIX(const T* restrict grad, const T* restrict x, const T* restrict hg, \
                                         const T* restrict h_prev, T* restrict out, int64_t h) {         \
+    _Pragma("GCC ivdep") /* the column blocks of one row never overlap */                           \
     for (int64_t k = 0; k < h; k++) {                                                                  \
       T r = sigmoid_##SUFFIX(x[k] + hg[k]);                                                            \
       T z = sigmoid_##SUFFIX(x[h + k] + hg[h + k]);                                                    \
