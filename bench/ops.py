@@ -414,6 +414,59 @@ def resize_case(name: str, size: str, inputs: Inputs) -> Case:
                 lambda: torch.ops.aten.reflection_pad2d_backward(tg, tx, pads))
 
 
+RNN = {"small": (16, 64), "medium": (64, 512), "large": (256, 4096)}  # (N, H) of one cell step
+
+
+def _torch_lstm_cell_backward(grad, gates, c_prev):
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+    dh, dc = grad.chunk(2, 1)
+    tc = torch.tanh(f * c_prev + i * g)
+    dc = dc + dh * o * (1 - tc * tc)
+    return torch.cat([dc * g * i * (1 - i), dc * c_prev * f * (1 - f), dc * i * (1 - g * g),
+                      dh * tc * o * (1 - o), dc * f], 1)
+
+
+def _torch_gru_cell_backward(grad, xg, hg, h_prev):
+    (xr, xz, xn), (hr, hz, hn) = xg.chunk(3, 1), hg.chunk(3, 1)
+    r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+    n = torch.tanh(xn + r * hn)
+    dn = grad * (1 - z) * (1 - n * n)
+    dz = grad * (h_prev - n) * z * (1 - z)
+    dr = dn * hn * r * (1 - r)
+    return torch.cat([dr, dz, dn, dr, dz, dn * r, grad * z], 1)
+
+
+def rnn_case(name: str, size: str, inputs: Inputs) -> Case:
+    """One recurrent cell step (lstm_cell, gru_cell and their backward ops) against the same
+    arithmetic in torch's ops (torch's fused cells run on CUDA only)."""
+    n, h = RNN[size]
+    c, tc = inputs.normal(n, h)
+    label = f"N {n}, H {h}"
+    if name.startswith("lstm"):
+        gates, tgates = inputs.normal(n, 4 * h)
+        if name == "lstm_cell":
+            def torch_lstm():
+                i, f, g, o = tgates.chunk(4, 1)
+                c_new = torch.sigmoid(f) * tc + torch.sigmoid(i) * torch.tanh(g)
+                return torch.cat([torch.sigmoid(o) * torch.tanh(c_new), c_new], 1)
+            return Case(label, lambda: oar.ops.lstm_cell(gates, c), torch_lstm)
+        g, tg = inputs.normal(n, 2 * h)
+        return Case(label, lambda: oar.ops.lstm_cell_backward(g, gates, c),
+                    lambda: _torch_lstm_cell_backward(tg, tgates, tc))
+    xg, txg = inputs.normal(n, 3 * h)
+    hg, thg = inputs.normal(n, 3 * h)
+    if name == "gru_cell":
+        def torch_gru():
+            (xr, xz, xn), (hr, hz, hn) = txg.chunk(3, 1), thg.chunk(3, 1)
+            r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+            new = torch.tanh(xn + r * hn)
+            return new + z * (tc - new)
+        return Case(label, lambda: oar.ops.gru_cell(xg, hg, c), torch_gru)
+    g, tg = inputs.normal(n, h)
+    return Case(label, lambda: oar.ops.gru_cell_backward(g, xg, hg, c),
+                lambda: _torch_gru_cell_backward(tg, txg, thg, tc))
+
 def make_case(op: oar_opset.Op, size: str, inputs: Inputs) -> Case:
     name = op.name
     if op.kind == "creation":
@@ -448,6 +501,8 @@ def make_case(op: oar_opset.Op, size: str, inputs: Inputs) -> Case:
         return unary_case(name, size, inputs)
     if name == "weight_only_linear":
         return quant_case(size, inputs)
+    if name.startswith(("lstm_cell", "gru_cell")):
+        return rnn_case(name, size, inputs)
     raise ValueError(f"bench/ops.py has no case for op {name!r} (kind {op.kind}) of ops.yaml: add one")
 
 

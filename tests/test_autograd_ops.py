@@ -230,6 +230,12 @@ CASES = [
     # distinct positions: with duplicates "last write wins" has no derivative
     ("index_put", "index_put", [("x", rnd(105, 3, 4), True), ("indices", idx([[2, 0]]), False),
                                 ("values", rnd(106, 2, 4), True)], {}),
+    # recurrent cells, issue 14 (gates wider than [-1, 1] to reach the saturating parts)
+    ("lstm_cell", "lstm_cell", [("gates", rnd(170, 3, 8, low=-3, high=3), True), ("c_prev", rnd(171, 3, 2), True)],
+     {}),
+    ("gru_cell", "gru_cell", [("input_gates", rnd(172, 3, 6, low=-3, high=3), True),
+                              ("hidden_gates", rnd(173, 3, 6, low=-3, high=3), True), ("h_prev", rnd(174, 3, 2), True)],
+     {}),
 ]
 
 CASE_OPS = {case[1] for case in CASES}

@@ -697,3 +697,17 @@ def expected_out_dtype(spec: Op, dtype: str, attrs: dict) -> str:
     from oar.reference import output_dtype
 
     return output_dtype(spec.out_dtype, [dtype], attrs.get("dtype"))
+
+
+# recurrent cells, issue 14: [N, k*H] operands, the state [N, H] last
+_CELL_SIZES = {"basic": (3, 5), "empty": (0, 5), "strided": (3, 5), "large": (64, 256), "grad": (2, 3)}
+RULES.update({
+    "lstm_cell": {"shapes": lambda case, attrs: None if case not in _CELL_SIZES else (
+        [(_CELL_SIZES[case][0], 4 * _CELL_SIZES[case][1]), _CELL_SIZES[case]], {})},
+    "gru_cell": {"shapes": lambda case, attrs: None if case not in _CELL_SIZES else (
+        [(_CELL_SIZES[case][0], 3 * _CELL_SIZES[case][1])] * 2 + [_CELL_SIZES[case]], {})},
+    "lstm_cell_backward": {"shapes": lambda case, attrs: None if case not in _CELL_SIZES else (
+        [(_CELL_SIZES[case][0], k * _CELL_SIZES[case][1]) for k in (2, 4, 1)], {})},
+    "gru_cell_backward": {"shapes": lambda case, attrs: None if case not in _CELL_SIZES else (
+        [(_CELL_SIZES[case][0], k * _CELL_SIZES[case][1]) for k in (1, 3, 3, 1)], {})},
+})

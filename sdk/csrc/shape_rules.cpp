@@ -578,6 +578,30 @@ Dims pad_backward_rule(const RuleArgs& args) {
   return x;
 }
 
+// Recurrent cells and their backward ops: every input is [N, k*H] with the same N and H (k per
+// input in blocks); H comes from the previous state, the last input.
+Dims cell_rule(const RuleArgs& args, const std::vector<int64_t>& blocks, int64_t out_blocks) {
+  const TensorImpl& state = args.input(blocks.size() - 1);
+  if (state.ndim() != 2) {
+    shape_error(args.op.name + ": input '" + args.op.inputs[blocks.size() - 1].name + "' must be [N, H], got " +
+                shape_text(state.shape));
+  }
+  int64_t n = state.shape[0], h = state.shape[1];
+  for (size_t k = 0; k + 1 < blocks.size(); ++k) {
+    if (args.input(k).shape != Dims{n, blocks[k] * h}) {
+      shape_error(args.op.name + ": input '" + args.op.inputs[k].name + "' must have shape (" + std::to_string(n) +
+                  ", " + std::to_string(blocks[k] * h) + ") for a state of shape " + shape_text(state.shape) +
+                  ", got " + shape_text(args.input(k).shape));
+    }
+  }
+  return Dims{n, out_blocks * h};
+}
+
+Dims lstm_cell_rule(const RuleArgs& args) { return cell_rule(args, {4, 1}, 2); }
+Dims gru_cell_rule(const RuleArgs& args) { return cell_rule(args, {3, 3, 1}, 1); }
+Dims lstm_cell_backward_rule(const RuleArgs& args) { return cell_rule(args, {2, 4, 1}, 5); }
+Dims gru_cell_backward_rule(const RuleArgs& args) { return cell_rule(args, {1, 3, 3, 1}, 7); }
+
 const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
     {"conv2d", conv2d_rule},
     {"conv2d_backward_input", conv2d_backward_input_rule},
@@ -620,6 +644,10 @@ const std::pair<const char*, ShapeRuleFn> kNamedRules[] = {
     {"upsample_bilinear2d_backward", resize_backward_rule},
     {"pad", pad_rule},
     {"pad_backward", pad_backward_rule},
+    {"lstm_cell", lstm_cell_rule},
+    {"gru_cell", gru_cell_rule},
+    {"lstm_cell_backward", lstm_cell_backward_rule},
+    {"gru_cell_backward", gru_cell_backward_rule},
 };
 
 }  // namespace

@@ -26,6 +26,7 @@ it through those ops. Which ones are compositions, and of what:
 from __future__ import annotations
 
 import math
+import string
 from collections import namedtuple
 from typing import Any, Sequence
 
@@ -438,13 +439,14 @@ def _scaled_sum(input: Tensor, product: Tensor, beta: Any, alpha: Any) -> Tensor
 
 
 def einsum(equation: str, *operands: Any) -> Tensor:
-    """torch.einsum over explicit or implicit output subscripts (no '...'), lowered to permute,
-    reshape, sum and bmm: operands are contracted left to right, two at a time."""
+    """torch.einsum over explicit or implicit output subscripts, '...' included (broadcast as
+    torch), lowered to permute, reshape, sum and bmm: operands are contracted left to right, two
+    at a time."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     equation = equation.replace(" ", "")
-    if "..." in equation:
-        raise NotImplementedError("einsum: '...' (ellipsis) subscripts are not supported yet")
+    if "." in equation:
+        equation = _einsum_expand_ellipsis(equation, operands)
     inputs, arrow, output = equation.partition("->")
     terms = inputs.split(",")
     if len(terms) != len(operands):
@@ -478,6 +480,38 @@ def einsum(equation: str, *operands: Any) -> Tensor:
     if current_term != output:
         current = current.permute([current_term.index(c) for c in output])
     return current
+
+
+def _einsum_expand_ellipsis(equation: str, operands) -> str:
+    """The equation with each '...' spelled out in letters it does not use: an operand's '...'
+    covers its dims without a subscript, right-aligned across operands (they broadcast); the
+    implicit output puts them first, as torch; an explicit output without '...' sums them."""
+    inputs, arrow, output = equation.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError(f"einsum: {len(terms)} subscripts for {len(operands)} operands in {equation!r}")
+    for term in terms + ([output] if arrow else []):
+        if term.count("...") > 1 or term.replace("...", "").count("."):
+            raise ValueError(f"einsum: {term!r} in {equation!r}: '.' only as one '...' per operand")
+    ranks = []
+    for term, t in zip(terms, operands):
+        named = len(term.replace("...", ""))
+        rank = t.ndim - named if "..." in term else 0
+        if rank < 0 or ("..." not in term and named != t.ndim):
+            raise ValueError(f"einsum: subscripts {term!r} for an operand of {t.ndim} dims")
+        ranks.append(rank)
+    width = max(ranks, default=0)
+    spare = [c for c in string.ascii_letters if c not in equation]
+    if width > len(spare):
+        raise ValueError(f"einsum: {equation!r} needs {width} letters for '...' and has {len(spare)} spare")
+    letters = "".join(spare[:width])
+    terms = [term.replace("...", letters[width - rank:]) for term, rank in zip(terms, ranks)]
+    if arrow:
+        output = output.replace("...", letters)
+    else:
+        joined = "".join(terms)
+        output = letters + "".join(sorted(c for c in set(joined) if c not in letters and joined.count(c) == 1))
+    return ",".join(terms) + "->" + output
 
 
 def builtin_max(a: int, b: int) -> int:

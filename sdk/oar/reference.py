@@ -1284,3 +1284,43 @@ def max_pool2d_indices(x, kernel_size, stride=(), padding=(0, 0)):
     rows = np.arange(oh)[:, None] * sh + first // kw - ph
     cols = np.arange(ow)[None, :] * sw + first % kw - pw
     return (rows * w + cols).astype(np.int64)
+
+
+@_export
+def lstm_cell(gates, c_prev):
+    i, f, g, o = np.split(gates.astype(np.float64), 4, axis=1)
+    c = sigmoid(f) * c_prev + sigmoid(i) * np.tanh(g)
+    return np.concatenate([sigmoid(o) * np.tanh(c), c], axis=1)
+
+
+@_export
+def gru_cell(input_gates, hidden_gates, h_prev):
+    xr, xz, xn = np.split(input_gates.astype(np.float64), 3, axis=1)
+    hr, hz, hn = np.split(hidden_gates.astype(np.float64), 3, axis=1)
+    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+    n = np.tanh(xn + r * hn)
+    return (1.0 - z) * n + z * h_prev
+
+
+@_export
+def lstm_cell_backward(grad, gates, c_prev):
+    i, f, g, o = np.split(gates.astype(np.float64), 4, axis=1)
+    i, f, g, o = sigmoid(i), sigmoid(f), np.tanh(g), sigmoid(o)
+    dh, dc = np.split(grad.astype(np.float64), 2, axis=1)
+    tc = np.tanh(f * c_prev + i * g)
+    dc = dc + dh * o * (1.0 - tc * tc)
+    return np.concatenate([dc * g * i * (1.0 - i), dc * c_prev * f * (1.0 - f), dc * i * (1.0 - g * g),
+                           dh * tc * o * (1.0 - o), dc * f], axis=1)
+
+
+@_export
+def gru_cell_backward(grad, input_gates, hidden_gates, h_prev):
+    xr, xz, xn = np.split(input_gates.astype(np.float64), 3, axis=1)
+    hr, hz, hn = np.split(hidden_gates.astype(np.float64), 3, axis=1)
+    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+    n = np.tanh(xn + r * hn)
+    grad = grad.astype(np.float64)
+    dn = grad * (1.0 - z) * (1.0 - n * n)
+    dz = grad * (h_prev - n) * z * (1.0 - z)
+    dr = dn * hn * r * (1.0 - r)
+    return np.concatenate([dr, dz, dn, dr, dz, dn * r, grad * z], axis=1)

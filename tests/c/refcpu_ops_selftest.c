@@ -1314,6 +1314,80 @@ static void test_validation(void) {
   release(wrong);
 }
 
+/* ---- recurrent cells (lstm_cell, gru_cell and their backward ops) ------------------------- */
+
+static double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* Each op against the formulas of ops.yaml in double, for N = 3 rows of H = 37 (a vector tail),
+   float32 and float64, and a wrong state width refused at launch. */
+static void test_rnn_cells(void) {
+  enum { N = 3, H = 37 };
+  static const double values[] = {0.5, -1.25, 2.0, -3.5, 0.0, 1.0, 4.25, -0.75, 3.0, -2.0, 0.125};
+  for (int d = 0; d < 2; d++) {
+    oar_dl_data_type dt = d ? F64 : F32;
+    double rtol = d ? 1e-13 : 2e-6, atol = d ? 1e-15 : 1e-6; /* float32: 1 - n^2 cancels near |n| = 1 */
+    int64_t s1[2] = {N, H}, s2[2] = {N, 2 * H}, s3[2] = {N, 3 * H}, s4[2] = {N, 4 * H}, s5[2] = {N, 5 * H},
+            s7[2] = {N, 7 * H};
+    tensor *gates = make(dt, 2, s4, NULL), *c_prev = make(dt, 2, s1, NULL), *grad2 = make(dt, 2, s2, NULL);
+    tensor *xg = make(dt, 2, s3, NULL), *hg = make(dt, 2, s3, NULL), *grad1 = make(dt, 2, s1, NULL);
+    tensor *out2 = make(dt, 2, s2, NULL), *out5 = make(dt, 2, s5, NULL), *out1 = make(dt, 2, s1, NULL),
+           *out7 = make(dt, 2, s7, NULL);
+    fill_storage(gates, values, 11);
+    fill_storage(c_prev, values + 3, 7);
+    fill_storage(grad2, values + 1, 9);
+    fill_storage(xg, values + 2, 9);
+    fill_storage(hg, values, 10);
+    fill_storage(grad1, values + 4, 7);
+    static double want2[N * 2 * H], want5[N * 5 * H], want1[N * H], want7[N * 7 * H];
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < H; k++) {
+        const int64_t g0 = n * 4 * H;
+        double i = sigmoid_d(at(gates, g0 + k)), f = sigmoid_d(at(gates, g0 + H + k));
+        double g = tanh(at(gates, g0 + 2 * H + k)), o = sigmoid_d(at(gates, g0 + 3 * H + k));
+        double cp = at(c_prev, n * H + k), c = f * cp + i * g, tc = tanh(c);
+        want2[n * 2 * H + k] = o * tc;
+        want2[n * 2 * H + H + k] = c;
+        double dh = at(grad2, n * 2 * H + k), dc = at(grad2, n * 2 * H + H + k) + dh * o * (1 - tc * tc);
+        double* w5 = want5 + n * 5 * H;
+        w5[k] = dc * g * i * (1 - i);
+        w5[H + k] = dc * cp * f * (1 - f);
+        w5[2 * H + k] = dc * i * (1 - g * g);
+        w5[3 * H + k] = dh * tc * o * (1 - o);
+        w5[4 * H + k] = dc * f;
+        const int64_t x0 = n * 3 * H;
+        double r = sigmoid_d(at(xg, x0 + k) + at(hg, x0 + k));
+        double z = sigmoid_d(at(xg, x0 + H + k) + at(hg, x0 + H + k));
+        double hn = at(hg, x0 + 2 * H + k), nn = tanh(at(xg, x0 + 2 * H + k) + r * hn);
+        double hp = at(c_prev, n * H + k), gr = at(grad1, n * H + k);
+        want1[n * H + k] = (1 - z) * nn + z * hp;
+        double dn = gr * (1 - z) * (1 - nn * nn), dz = gr * (hp - nn) * z * (1 - z), dr = dn * hn * r * (1 - r);
+        double* w7 = want7 + n * 7 * H;
+        w7[k] = w7[3 * H + k] = dr;
+        w7[H + k] = w7[4 * H + k] = dz;
+        w7[2 * H + k] = dn;
+        w7[5 * H + k] = dn * r;
+        w7[6 * H + k] = gr * z;
+      }
+    EXPECT_OK(run_op("lstm_cell", (tensor*[]){gates, c_prev}, 2, out2, NULL, 0));
+    download(out2);
+    EXPECT_VALUES("lstm_cell", out2, want2, rtol, atol);
+    EXPECT_OK(run_op("lstm_cell_backward", (tensor*[]){grad2, gates, c_prev}, 3, out5, NULL, 0));
+    download(out5);
+    EXPECT_VALUES("lstm_cell_backward", out5, want5, rtol, atol);
+    EXPECT_OK(run_op("gru_cell", (tensor*[]){xg, hg, c_prev}, 3, out1, NULL, 0));
+    download(out1);
+    EXPECT_VALUES("gru_cell", out1, want1, rtol, atol);
+    EXPECT_OK(run_op("gru_cell_backward", (tensor*[]){grad1, xg, hg, c_prev}, 4, out7, NULL, 0));
+    download(out7);
+    EXPECT_VALUES("gru_cell_backward", out7, want7, rtol, atol);
+    /* gates [N, 4H] with a state of H + ... : refused, naming the input */
+    EXPECT_STATUS(run_op("lstm_cell", (tensor*[]){xg, c_prev}, 2, out2, NULL, 0), OAR_ERROR_INVALID_ARGUMENT,
+                  "gates");
+    tensor* all[] = {gates, c_prev, grad2, xg, hg, grad1, out2, out5, out1, out7};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) release(all[k]);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s path/to/liboar_refcpu.so\n", argv[0]);
@@ -1351,6 +1425,7 @@ int main(int argc, char** argv) {
   test_random();
   test_dropout();
   test_softmax();
+  test_rnn_cells();
   test_reductions();
   test_validation();
 

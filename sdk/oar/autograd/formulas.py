@@ -38,6 +38,7 @@ HELPER_NAMES = frozenset({
     "slice_backward", "zeros_like", "ones_like", "max_pool2d_jvp",
     "layer_norm_backward_input_dx", "rms_norm_backward_input_dx", "cross_entropy_row_scale",
     "batch_norm_backward_dx", "group_norm_backward_dx", "adaptive_max_pool2d_jvp",
+    "lstm_cell_grads", "gru_cell_grads",
 })
 # Arguments that only need a tensor's metadata (shape, dtype, device): an input read
 # only in such places is saved for backward as a TensorMeta, not kept alive.

@@ -12,11 +12,13 @@ import math
 from typing import Any, Sequence
 
 from oar.autograd import _runtime as rt
+from oar.autograd.grad_mode import is_grad_enabled
 
 __all__ = [
     "TensorMeta", "unreduce", "count", "shape", "ndim", "inverse_permutation", "sum_leading",
     "slice_backward", "zeros_like", "ones_like", "reduced_dims", "sum_to_shape", "max_pool2d_jvp",
-    "layer_norm_backward_input_dx", "rms_norm_backward_input_dx", "cross_entropy_row_scale", "HELPERS",
+    "layer_norm_backward_input_dx", "rms_norm_backward_input_dx", "cross_entropy_row_scale",
+    "lstm_cell_grads", "gru_cell_grads", "HELPERS",
 ]
 
 
@@ -327,6 +329,54 @@ def cross_entropy_row_scale(grad, target, reduction="mean", ignore_index=-100):
     return _op("reshape")(scale, shape=[shape(target)[0], 1])
 
 
+def _columns(t, count):
+    """t [N, count*H] as its count column blocks [N, H]."""
+    width = shape(t)[1] // count
+    cut = _op("slice")
+    return [cut(t, dim=1, start=k * width, stop=(k + 1) * width) for k in range(count)]
+
+
+def lstm_cell_grads(grad, gates, c_prev):
+    """[d gates, d c_prev] of lstm_cell from grad [N, 2H] = [dh | dc]: the fused lstm_cell_backward
+    op, or (when the backward is recorded, create_graph) the same arithmetic in differentiable ops."""
+    if not is_grad_enabled():
+        both = _op("lstm_cell_backward")(grad, gates, c_prev)
+        return _split_columns(both, [4, 1])
+    sigmoid, tanh = _op("sigmoid"), _op("tanh")
+    i, f, g, o = (sigmoid(t) if k != 2 else tanh(t) for k, t in enumerate(_columns(gates, 4)))
+    dh, dc = _columns(grad, 2)
+    tc = tanh(f * c_prev + i * g)
+    dc = dc + dh * o * (1.0 - tc * tc)
+    d_gates = _op("concat")([dc * g * i * (1.0 - i), dc * c_prev * f * (1.0 - f), dc * i * (1.0 - g * g),
+                             dh * tc * o * (1.0 - o)], dim=1)
+    return [d_gates, dc * f]
+
+
+def gru_cell_grads(grad, input_gates, hidden_gates, h_prev):
+    """[d input_gates, d hidden_gates, d h_prev] of gru_cell from grad [N, H]: the fused
+    gru_cell_backward op, or (create_graph) the same arithmetic in differentiable ops."""
+    if not is_grad_enabled():
+        return _split_columns(_op("gru_cell_backward")(grad, input_gates, hidden_gates, h_prev), [3, 3, 1])
+    sigmoid, tanh, concat = _op("sigmoid"), _op("tanh"), _op("concat")
+    xr, xz, xn = _columns(input_gates, 3)
+    hr, hz, hn = _columns(hidden_gates, 3)
+    r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+    n = tanh(xn + r * hn)
+    dn = grad * (1.0 - z) * (1.0 - n * n)
+    dz = grad * (h_prev - n) * z * (1.0 - z)
+    dr = dn * hn * r * (1.0 - r)
+    return [concat([dr, dz, dn], dim=1), concat([dr, dz, dn * r], dim=1), grad * z]
+
+
+def _split_columns(t, blocks):
+    """t [N, sum(blocks)*H] cut into column ranges of blocks[k]*H (views)."""
+    width = shape(t)[1] // sum(blocks)
+    cut, start, parts = _op("slice"), 0, []
+    for count in blocks:
+        parts.append(cut(t, dim=1, start=start * width, stop=(start + count) * width))
+        start += count
+    return parts
+
 HELPERS = {
     "unreduce": unreduce, "count": count, "shape": shape, "ndim": ndim,
     "inverse_permutation": inverse_permutation, "sum_leading": sum_leading,
@@ -335,4 +385,5 @@ HELPERS = {
     "rms_norm_backward_input_dx": rms_norm_backward_input_dx, "cross_entropy_row_scale": cross_entropy_row_scale,
     "batch_norm_backward_dx": batch_norm_backward_dx, "group_norm_backward_dx": group_norm_backward_dx,
     "adaptive_max_pool2d_jvp": adaptive_max_pool2d_jvp,
+    "lstm_cell_grads": lstm_cell_grads, "gru_cell_grads": gru_cell_grads,
 }

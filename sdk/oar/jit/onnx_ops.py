@@ -34,7 +34,8 @@ REFUSED = {
     "rms_norm_backward_input": "a gradient op; export runs under no_grad",
     **{op: "a gradient op; export runs under no_grad" for op in (
         "batch_norm_backward", "group_norm_backward", "adaptive_avg_pool2d_backward", "adaptive_max_pool2d_backward",
-        "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "pad_backward")},
+        "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "pad_backward",
+        "lstm_cell_backward", "gru_cell_backward")},
     "index": "no mapping yet (advanced indexing would be a Gather per index tensor)",
     "index_put": "in-place index_put has no mapping yet",
     "max_pool2d_indices": "no mapping yet (ONNX MaxPool's indices count across the batch and channels)",
@@ -206,6 +207,27 @@ def _group_norm(g, ins, attrs, dts, out):
     return [y]
 
 
+def _gate_blocks(g, gates, count):
+    """gates [N, count*H] as its count [N, H] blocks (Reshape to [N, count, H], Gather per block)."""
+    blocks = g.node("Reshape", [gates, g.int_tensor([0, count, -1])])
+    return [g.node("Gather", [blocks, g.scalar_int(k)], axis=1) for k in range(count)]
+
+
+def _lstm_cell(g, ins, attrs, dts, out):
+    i, f, gate, o = _gate_blocks(g, ins[0], 4)
+    c = g.node("Add", [g.node("Mul", [g.node("Sigmoid", [f]), ins[1]]),
+                       g.node("Mul", [g.node("Sigmoid", [i]), g.node("Tanh", [gate])])])
+    h = g.node("Mul", [g.node("Sigmoid", [o]), g.node("Tanh", [c])])
+    return [g.node("Concat", [h, c], axis=1)]
+
+
+def _gru_cell(g, ins, attrs, dts, out):
+    (xr, xz, xn), (hr, hz, hn) = _gate_blocks(g, ins[0], 3), _gate_blocks(g, ins[1], 3)
+    r = g.node("Sigmoid", [g.node("Add", [xr, hr])])
+    z = g.node("Sigmoid", [g.node("Add", [xz, hz])])
+    n = g.node("Tanh", [g.node("Add", [xn, g.node("Mul", [r, hn])])])
+    return [g.node("Add", [n, g.node("Mul", [z, g.node("Sub", [ins[2], n])])])]  # (1 - z) n + z h
+
 def _adaptive_pool(global_op):
     def emit(g, ins, attrs, dts, out):
         if list(attrs["output_size"]) != [1, 1]:
@@ -317,6 +339,8 @@ MAPPED = {
     "layer_norm": _layer_norm,
     "batch_norm": _batch_norm,
     "group_norm": _group_norm,
+    "lstm_cell": _lstm_cell,
+    "gru_cell": _gru_cell,
     "adaptive_avg_pool2d": _adaptive_pool("GlobalAveragePool"),
     "adaptive_max_pool2d": _adaptive_pool("GlobalMaxPool"),
     "pad": _pad,

@@ -1,7 +1,7 @@
 """Recurrent layers (LSTM, GRU) with torch's parameter names, shapes, gate order and
-initialization. Each step is one fused cell: the input projections of the whole sequence are
-one matmul per layer and direction, then per step one matmul with the hidden state and the
-gates' elementwise ops."""
+initialization. The input projections of the whole sequence are one matmul per layer and
+direction (with both biases for LSTM); each step is then one matmul with the hidden state, an add
+and one fused cell op (lstm_cell / gru_cell: the gates' elementwise part, with its backward)."""
 
 from __future__ import annotations
 
@@ -16,27 +16,31 @@ from oar.nn.parameter import Parameter
 __all__ = ["LSTM", "GRU", "lstm_cell", "gru_cell"]
 
 
-def _gates(t, count: int):
-    width = int(t.shape[-1]) // count
-    return [oar.slice(t, dim=-1, start=k * width, stop=(k + 1) * width) for k in range(count)]
+def _columns(t, start: int, stop: int):
+    return oar.slice(t, dim=-1, start=start, stop=stop)
 
 
 def lstm_cell(x_proj, h, c, w_hh, b_hh=None):
-    """One LSTM step, torch's gate order (input, forget, cell, output); x_proj = x W_ih^T + b_ih."""
-    gates = oar.add(x_proj, F.linear(h, w_hh, b_hh))
-    i, f, g, o = _gates(gates, 4)
-    c = oar.add(oar.mul(oar.sigmoid(f), c), oar.mul(oar.sigmoid(i), oar.tanh(g)))
-    return oar.mul(oar.sigmoid(o), oar.tanh(c)), c
+    """One LSTM step, torch's gate order (input, forget, cell, output); x_proj = x W_ih^T + b_ih.
+    Returns (h, c), views of the lstm_cell op's [h | c]."""
+    return _lstm_step(x_proj if b_hh is None else oar.add(x_proj, b_hh), h, c, oar.transpose(w_hh, dim0=0, dim1=1))
 
 
 def gru_cell(x_proj, h, w_hh, b_hh=None):
     """One GRU step, torch's gate order (reset, update, new); x_proj = x W_ih^T + b_ih."""
-    xr, xz, xn = _gates(x_proj, 3)
-    hr, hz, hn = _gates(F.linear(h, w_hh, b_hh), 3)
-    r = oar.sigmoid(oar.add(xr, hr))
-    z = oar.sigmoid(oar.add(xz, hz))
-    n = oar.tanh(oar.add(xn, oar.mul(r, hn)))
-    return oar.add(n, oar.mul(z, oar.sub(h, n)))  # (1 - z) n + z h
+    return oar.gru_cell(x_proj, F.linear(h, w_hh, b_hh), h)
+
+
+def _lstm_step(x_proj, h, c, w_hh_t):
+    """x_proj holds both biases; w_hh_t = W_hh^T. -> (h, c)."""
+    hidden = int(c.shape[-1])
+    both = oar.lstm_cell(oar.add(x_proj, oar.matmul(h, w_hh_t)), c)
+    return tuple(oar.split(both, sizes=[hidden, hidden], dim=-1))
+
+
+def _transposed(w):
+    """W^T as a contiguous copy: one copy per sequence instead of a strided matmul operand per step."""
+    return oar.transpose(w, dim0=0, dim1=1).contiguous()
 
 
 class _RNNBase(Module):
@@ -95,16 +99,17 @@ class _RNNBase(Module):
             outputs = []
             for direction, suffix in enumerate(self._suffixes(layer)):
                 w_ih, w_hh, b_ih, b_hh = self._layer_params(suffix)
-                projected = F.linear(x, w_ih, b_ih)  # one matmul for every step
+                projected, w_hh_t = self._prepare(x, w_ih, w_hh, b_ih, b_hh)  # one matmul for every step
                 index = layer * self.num_directions + direction
                 state = [oar.reshape(oar.slice(s, dim=0, start=index, stop=index + 1), shape=list(s.shape)[1:])
                          for s in states]
                 order = range(steps - 1, -1, -1) if direction else range(steps)
+                # one split (its backward: one concat), not a slice per step
+                step_inputs = oar.split(projected, sizes=[1] * steps, dim=0) if steps else []
+                step_shape = list(projected.shape)[1:]
                 hs = [None] * steps
                 for t in order:
-                    step_in = oar.reshape(oar.slice(projected, dim=0, start=t, stop=t + 1),
-                                          shape=list(projected.shape)[1:])
-                    state = self._cell(step_in, state, w_hh, b_hh)
+                    state = self._step(oar.reshape(step_inputs[t], shape=step_shape), state, w_hh_t, b_hh)
                     hs[t] = state[0]
                 outputs.append(oar.stack(hs, dim=0) if steps else oar.zeros(
                     [0] + list(state[0].shape), dtype=x.dtype, device=x.device))
@@ -147,8 +152,12 @@ class LSTM(_RNNBase):
 
     _gate_count = 4
 
-    def _cell(self, x_proj, state, w_hh, b_hh):
-        return lstm_cell(x_proj, state[0], state[1], w_hh, b_hh)
+    def _prepare(self, x, w_ih, w_hh, b_ih, b_hh):
+        projected = F.linear(x, w_ih, b_ih)
+        return (projected if b_hh is None else oar.add(projected, b_hh)), _transposed(w_hh)
+
+    def _step(self, x_proj, state, w_hh_t, b_hh):
+        return _lstm_step(x_proj, state[0], state[1], w_hh_t)
 
     def forward(self, x, hx=None):
         h0, c0 = (None, None) if hx is None else hx
@@ -161,8 +170,12 @@ class GRU(_RNNBase):
 
     _gate_count = 3
 
-    def _cell(self, x_proj, state, w_hh, b_hh):
-        return [gru_cell(x_proj, state[0], w_hh, b_hh)]
+    def _prepare(self, x, w_ih, w_hh, b_ih, b_hh):
+        return F.linear(x, w_ih, b_ih), _transposed(w_hh)
+
+    def _step(self, x_proj, state, w_hh_t, b_hh):
+        hidden = oar.matmul(state[0], w_hh_t)
+        return [oar.gru_cell(x_proj, hidden if b_hh is None else oar.add(hidden, b_hh), state[0])]
 
     def forward(self, x, hx=None):
         out, (h,) = self._forward(x, [hx])

@@ -1689,9 +1689,16 @@ def _lower_rnn(ctx, attrs, inputs):
     return _run_recurrent(ctx, attrs, inputs, 1, step, False)
 
 
+def _reorder_gates(t, hidden, order):
+    """t [..., k*hidden] with its gate blocks (last dim) in the given order: ONNX's gate order to
+    the fused cells' (torch's)."""
+    return O.concat([O.slice(t, dim=-1, start=k * hidden, stop=(k + 1) * hidden) for k in order], dim=-1)
+
+
 @lowering("GRU")
 def _lower_gru(ctx, attrs, inputs):
     hidden = attrs["hidden_size"]
+    fused = {}  # direction -> (W, R, Wb, Rb) in gru_cell's gate order, made once
 
     def step(x_t, h, c, w, r, wb, rb, d):
         f, g = _activations(attrs, ["Sigmoid", "Tanh"], d)
@@ -1701,6 +1708,11 @@ def _lower_gru(ctx, attrs, inputs):
         rr = f(O.add(_gate(xw, 1, hidden), O.add(O.matmul(h, _gate(r, 1, hidden)),
                                                  _gate(O.reshape(rb, shape=[1, 3 * hidden]), 1, hidden))))
         rb_h = _gate(O.reshape(rb, shape=[1, 3 * hidden]), 2, hidden)
+        if attrs.get("linear_before_reset", 0) and (f, g) == (O.sigmoid, O.tanh):  # torch's GRU: the fused cell
+            if d not in fused:
+                fused[d] = tuple(_reorder_gates(t, hidden, [1, 0, 2]) for t in (w, r, wb, rb))
+            w_f, r_f, wb_f, rb_f = fused[d]
+            return O.gru_cell(O.add(O.matmul(x_t, w_f), wb_f), O.add(O.matmul(h, r_f), rb_f), h), c
         if attrs.get("linear_before_reset", 0):
             candidate = g(O.add(_gate(xw, 2, hidden), O.mul(rr, O.add(O.matmul(h, _gate(r, 2, hidden)), rb_h))))
         else:
@@ -1718,8 +1730,17 @@ def _lower_lstm(ctx, attrs, inputs):
     if attrs.get("input_forget", 0):
         raise NotImplementedError("LSTM with input_forget")
 
+    fused = {}  # direction -> (W, R, bias) in lstm_cell's gate order, made once
+
     def step(x_t, h, c, w, r, wb, rb, d):
         f, g, out = _activations(attrs, ["Sigmoid", "Tanh", "Tanh"], d)
+        if (f, g, out) == (O.sigmoid, O.tanh, O.tanh):  # the default activations: the fused cell
+            if d not in fused:
+                fused[d] = tuple(_reorder_gates(t, hidden, [0, 2, 3, 1]) for t in (w, r, O.add(wb, rb)))
+            w_f, r_f, b_f = fused[d]
+            gates = O.add(O.add(O.matmul(x_t, w_f), b_f), O.matmul(h, r_f))
+            both = O.lstm_cell(gates, c)
+            return _gate(both, 0, hidden), _gate(both, 1, hidden)
         z = O.add(O.add(O.matmul(x_t, w), wb), O.add(O.matmul(h, r), rb))
         i, o, fg, cand = (_gate(z, k, hidden) for k in range(4))
         c = O.add(O.mul(f(fg), c), O.mul(f(i), g(cand)))
