@@ -127,30 +127,36 @@ NN_ROW_CLONES static void NN_FN(norm_backward_row)(const NN_T* restrict grad, co
 
 /* ---- cross_entropy --------------------------------------------------------------- */
 
-/* max of a row, NaN if any is NaN; eight lanes, all selects, so it vectorizes. */
+/* max of a row, NaN if any is NaN; in 32-byte GCC vectors, as gcc leaves a select-max
+   reduction scalar (the baseline clone runs each as two SSE operations). */
 NN_INLINE NN_T NN_FN(row_max)(const NN_T* restrict x, int64_t n) {
-  NN_T lanes[8], nan_seen[8];
-  for (int l = 0; l < 8; l++) {
-    lanes[l] = x[0];
-    nan_seen[l] = 0;
-  }
+  typedef NN_T vec __attribute__((vector_size(32)));
+  enum { W = 32 / sizeof(NN_T) };
+  NN_T best = x[0];
+  bool nan = false;
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++) {
-      NN_T v = x[i + l];
-      lanes[l] = v > lanes[l] ? v : lanes[l];
-      nan_seen[l] = v != v ? (NN_T)1 : nan_seen[l];
+  if (n >= W) {
+    vec top;
+    memcpy(&top, x, sizeof top);
+    __typeof__(top != top) nans = top != top;
+    for (i = W; i + W <= n; i += W) {
+      vec v;
+      memcpy(&v, x + i, sizeof v);
+      __typeof__(v > top) take = v > top;
+      top = (vec)(((__typeof__(take))v & take) | ((__typeof__(take))top & ~take));
+      nans |= v != v;
     }
-  NN_T best = lanes[0], nan = nan_seen[0];
-  for (int l = 1; l < 8; l++) {
-    best = lanes[l] > best ? lanes[l] : best;
-    nan += nan_seen[l];
+    best = top[0];
+    for (int l = 0; l < W; l++) {
+      best = top[l] > best ? top[l] : best;
+      nan |= nans[l] != 0;
+    }
   }
   for (; i < n; i++) {
     best = x[i] > best ? x[i] : best;
-    nan += x[i] != x[i] ? (NN_T)1 : (NN_T)0;
+    nan |= x[i] != x[i];
   }
-  return nan != 0 ? (NN_T)NAN : best;
+  return nan ? (NN_T)NAN : best;
 }
 
 /* sum exp(x - max), eight double lanes. */

@@ -322,25 +322,29 @@ static void all_run(const reduce_job* job) { truth_fold(job, true); }
    2 ulp, as torch's float32 logsumexp computes it) summed in 8 double lanes, so both loops
    vectorize. */
 REFCPU_VECTOR_CLONES static float logsumexp_line_f32(const float* x, int64_t n) {
-  float tops[16];
-  int nans[16];
-  for (int l = 0; l < 16; l++) tops[l] = -INFINITY, nans[l] = 0;
+  typedef float vec __attribute__((vector_size(32))); /* gcc leaves a select-max scalar */
+  float top = n > 0 ? x[0] : -INFINITY;
+  bool nan = false;
   int64_t r = 0;
-  for (; r + 16 <= n; r += 16) /* in 16 lanes: gcc keeps a float max reduction scalar */
-    for (int l = 0; l < 16; l++) {
-      float v = x[r + l];
-      nans[l] |= v != v;
-      tops[l] = v > tops[l] ? v : tops[l];
+  if (n >= 8) {
+    vec tops;
+    memcpy(&tops, x, sizeof tops);
+    __typeof__(tops != tops) nans = tops != tops;
+    for (r = 8; r + 8 <= n; r += 8) {
+      vec v;
+      memcpy(&v, x + r, sizeof v);
+      __typeof__(v > tops) take = v > tops;
+      tops = (vec)(((__typeof__(take))v & take) | ((__typeof__(take))tops & ~take));
+      nans |= v != v;
     }
-  for (; r < n; r++) {
-    nans[0] |= x[r] != x[r];
-    tops[0] = x[r] > tops[0] ? x[r] : tops[0];
+    for (int l = 0; l < 8; l++) {
+      top = tops[l] > top ? tops[l] : top;
+      nan |= nans[l] != 0;
+    }
   }
-  float top = -INFINITY;
-  int nan = 0;
-  for (int l = 0; l < 16; l++) {
-    nan |= nans[l];
-    top = tops[l] > top ? tops[l] : top;
+  for (; r < n; r++) {
+    nan |= x[r] != x[r];
+    top = x[r] > top ? x[r] : top;
   }
   if (nan) return NAN;
   if (!isfinite(top)) return top;
