@@ -44,6 +44,28 @@ def test_indices_agree_with_the_gradient_and_reference():
     np.testing.assert_array_equal(indices.numpy(), oar.reference.max_pool2d_indices(x, [2, 2], [1, 1], [0, 0]))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_wide_strided_rows_forward_indices_and_gradient_match_torch(dtype):
+    # Rows wider than the kernel's 256-column tile, a column-strided input (x_col != 1), ties,
+    # NaN and -inf; the gradient routes to the positions torch's indices name.
+    x = RNG.integers(-3, 4, (2, 2, 5, 1100)).astype(dtype)
+    x[0, 0, 2, 600], x[1, 1, 0, 3], x[1, 0, 4, 513] = np.nan, -np.inf, np.nan
+    for ox, tx in [(oar.tensor(x), torch.tensor(x)),
+                   (oar.tensor(x)[:, :, :, ::2], torch.tensor(x)[:, :, :, ::2])]:
+        for kernel, stride, padding in [(3, 2, 1), ((2, 5), (1, 3), (1, 2))]:
+            out, indices = F.max_pool2d(ox, kernel, stride, padding, return_indices=True)
+            t_out, t_indices = TF.max_pool2d(tx, kernel, stride, padding, return_indices=True)
+            np.testing.assert_array_equal(out.numpy(), t_out.numpy())
+            np.testing.assert_array_equal(indices.numpy(), t_indices.numpy())
+            grad = RNG.standard_normal(t_out.shape).astype(dtype)
+            got = oar.ops.max_pool2d_backward(oar.tensor(grad), ox, kernel_size=list(TF._pair(kernel)),
+                                              stride=list(TF._pair(stride)), padding=list(TF._pair(padding)))
+            want = torch.ops.aten.max_pool2d_with_indices_backward(
+                torch.tensor(grad), tx, TF._pair(kernel), TF._pair(stride), TF._pair(padding), [1, 1], False,
+                t_indices)
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-12)
+
+
 def test_unsupported_options_are_named():
     with pytest.raises(ValueError, match="return_indices is supported without dilation and ceil_mode"):
         F.max_pool2d(oar.zeros(1, 1, 4, 4), 2, ceil_mode=True, return_indices=True)

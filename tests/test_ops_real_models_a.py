@@ -90,6 +90,29 @@ def test_floor_divide_and_remainder_match_python(dtype):
     _close(oar.div(x, y, rounding_mode="trunc"), torch.div(tx, ty, rounding_mode="trunc"), dtype)
 
 
+def test_float32_floor_divide_and_remainder_are_exact_at_every_magnitude():
+    # The float32 rows take a fast fmod where |a / b| < 2**24 and libm's fmodf elsewhere; mix
+    # both kinds of lanes (and zeros, infinities, NaN, subnormals) within one 256-element block.
+    rng = np.random.default_rng(11)
+    n = 4000
+    a = (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(np.float32)
+    b = (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(np.float32)
+    special = np.array([0.0, -0.0, 1.0, -3.0, np.inf, -np.inf, np.nan, 1e-45, 3.4e38, 16777217.0, 0.1],
+                       np.float32)
+    pa, pb = np.meshgrid(special, special)
+    a = np.concatenate([a, pa.ravel(), np.arange(-300, 300, dtype=np.float32)])
+    b = np.concatenate([b, pb.ravel(), np.full(600, 0.7, np.float32)])
+    with np.errstate(all="ignore"):
+        want_mod, want_div = np.remainder(a, b), np.floor_divide(a, b)
+        want_scalar = np.remainder(a, np.float32(0.7))
+    np.testing.assert_array_equal((oar.tensor(a) % oar.tensor(b)).numpy(), want_mod)
+    np.testing.assert_array_equal((oar.tensor(a) // oar.tensor(b)).numpy(), want_div)
+    np.testing.assert_array_equal((oar.tensor(a) % 0.7).numpy(), want_scalar)
+    x = oar.tensor(a)
+    x.remainder_(oar.tensor(b))  # in place: out is a
+    np.testing.assert_array_equal(x.numpy(), want_mod)
+
+
 def test_integer_division_by_zero_is_an_error():
     with pytest.raises(oar.errors.DeviceError, match="division by zero"):
         (oar.tensor([4, 5]) // oar.tensor([1, 0])).numpy()

@@ -249,6 +249,87 @@ oar_status refcpu_run_gelu_backward(const kernel_command* cmd) {
 #define REMAINDER_I(a, b)                                                                       \
   ((b) == -1 ? (T)0 : (T)((a) % (b) + ((((a) % (b)) != 0) & ((((a) % (b)) < 0) != ((b) < 0))) * (b)))
 
+/* float32 fmod without libm's bit loop: where |a / b| < 2^24 and b is finite, the truncated
+   quotient q of a / b in double is exact or one too large in magnitude, q b and a - q b are
+   exact in double, and one step corrects the overshoot. *fast is 0 for the other lanes
+   (b = 0, infinities, NaN, huge quotients), which the row recomputes with fmodf. */
+REFCPU_ALWAYS_INLINE float fmod_f32_fast(float a, float b, int* fast) {
+  double ad = a, bd = b;
+  *fast = (fabs(ad) < 0x1p24 * fabs(bd)) & (fabs(bd) <= 0x1.fffffep127);
+  double q = trunc(ad / bd);
+  double r = ad - q * bd;
+  r = (r != 0) & ((r < 0) != (ad < 0)) ? r + copysign(fabs(bd), ad) : r;
+  return copysignf((float)r, a); /* fmod's zero keeps a's sign */
+}
+REFCPU_ALWAYS_INLINE float remainder_from_fmod_f32(float mod, float b) {
+  return (mod != 0) & ((mod < 0) != (b < 0)) ? mod + b : mod;
+}
+/* FLOOR_DIV_F's steps, branch-free, given a lane where b != 0. */
+REFCPU_ALWAYS_INLINE float floor_divide_from_fmod_f32(float a, float b, float mod) {
+  float div = (a - mod) / b;
+  div = (mod != 0) & ((b < 0) != (mod < 0)) ? div - 1.0f : div;
+  float q = floorf(div);
+  q = div - q > 0.5f ? q + 1.0f : q;
+  return div != 0 ? q : copysignf(0.0f, a / b);
+}
+#define REMAINDER_FAST_F32(a, b, fast) remainder_from_fmod_f32(fmod_f32_fast(a, b, fast), b)
+#define FLOOR_DIV_FAST_F32(a, b, fast) floor_divide_from_fmod_f32(a, b, fmod_f32_fast(a, b, fast))
+
+/* float32 rows of // and %: per block of the row, FAST (vectorized where a is contiguous and
+   b contiguous or a scalar) into a buffer, EXACT again for the lanes FAST could not take, then
+   the store; so out may be a or b (in place). */
+enum { FMOD_BLOCK = 256 };
+#define FMOD_ROW_F32(name, FAST, EXACT)                                                       \
+  REFCPU_VECTOR_CLONES static void name(char* const* p, const int64_t* s, int64_t n, void* context) { \
+    (void)context;                                                                           \
+    typedef float T;                                                                         \
+    const int64_t st_ = (int64_t)sizeof(float);                                              \
+    float block_[FMOD_BLOCK];                                                                \
+    for (int64_t start_ = 0; start_ < n; start_ += FMOD_BLOCK) {                             \
+      const int64_t m_ = n - start_ < FMOD_BLOCK ? n - start_ : FMOD_BLOCK;                  \
+      const char* pa_ = p[0] + start_ * s[0];                                                \
+      const char* pb_ = p[1] + start_ * s[1];                                                \
+      int all_fast_ = 1;                                                                     \
+      if (s[0] == st_ && s[1] == st_) {                                                      \
+        const float* a_ = (const float*)pa_;                                                 \
+        const float* b_ = (const float*)pb_;                                                 \
+        for (int64_t i_ = 0; i_ < m_; i_++) {                                                \
+          int fast_;                                                                         \
+          block_[i_] = FAST(a_[i_], b_[i_], &fast_);                                         \
+          all_fast_ &= fast_;                                                                \
+        }                                                                                    \
+      } else if (s[0] == st_ && s[1] == 0) {                                                 \
+        const float* a_ = (const float*)pa_;                                                 \
+        const float b_ = *(const float*)pb_;                                                 \
+        for (int64_t i_ = 0; i_ < m_; i_++) {                                                \
+          int fast_;                                                                         \
+          block_[i_] = FAST(a_[i_], b_, &fast_);                                             \
+          all_fast_ &= fast_;                                                                \
+        }                                                                                    \
+      } else {                                                                               \
+        for (int64_t i_ = 0; i_ < m_; i_++) {                                                \
+          int fast_;                                                                         \
+          block_[i_] = FAST(*(const float*)(pa_ + i_ * s[0]), *(const float*)(pb_ + i_ * s[1]), \
+                            &fast_);                                                         \
+          all_fast_ &= fast_;                                                                \
+        }                                                                                    \
+      }                                                                                      \
+      for (int64_t i_ = 0; !all_fast_ && i_ < m_; i_++) {                                    \
+        int fast_;                                                                           \
+        float a = *(const float*)(pa_ + i_ * s[0]), b = *(const float*)(pb_ + i_ * s[1]);    \
+        (void)fmod_f32_fast(a, b, &fast_);                                                   \
+        if (!fast_) block_[i_] = EXACT;                                                      \
+      }                                                                                      \
+      char* po_ = p[2] + start_ * s[2];                                                      \
+      if (s[2] == st_) memcpy(po_, block_, (size_t)m_ * sizeof(float));                      \
+      else                                                                                   \
+        for (int64_t i_ = 0; i_ < m_; i_++) *(float*)(po_ + i_ * s[2]) = block_[i_];         \
+    }                                                                                        \
+  }
+
+FMOD_ROW_F32(floor_divide_fast_f32, FLOOR_DIV_FAST_F32, FLOOR_DIV_F(T, a, b))
+FMOD_ROW_F32(remainder_fast_f32, REMAINDER_FAST_F32, REMAINDER_F(T, a, b))
+
 ARITH_BINARY(floor_divide, FLOOR_DIV_F(T, a, b), FLOOR_DIV_I(a, b))
 ARITH_BINARY(remainder, REMAINDER_F(T, a, b), REMAINDER_I(a, b))
 
@@ -274,10 +355,14 @@ static oar_status check_integer_divisor(const kernel_command* cmd) {
 
 oar_status refcpu_run_floor_divide(const kernel_command* cmd) {
   REFCPU_TRY(check_integer_divisor(cmd));
-  return run_binary(cmd, &floor_divide_rows, false, NULL);
+  typed_rows rows = floor_divide_rows;
+  rows.f32 = floor_divide_fast_f32;
+  return run_binary(cmd, &rows, false, NULL);
 }
 
 oar_status refcpu_run_remainder(const kernel_command* cmd) {
   REFCPU_TRY(check_integer_divisor(cmd));
-  return run_binary(cmd, &remainder_rows, false, NULL);
+  typed_rows rows = remainder_rows;
+  rows.f32 = remainder_fast_f32;
+  return run_binary(cmd, &rows, false, NULL);
 }

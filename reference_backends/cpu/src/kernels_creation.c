@@ -78,16 +78,6 @@ double philox_uniform_f64(uint64_t seed, uint64_t counter) {
   return (double)(bits >> 11) * 0x1.0p-53;
 }
 
-/* randn at counter c: Box-Muller over the pair (c & ~1, (c & ~1) + 1). */
-static inline void philox_normal_pair(uint64_t seed, uint64_t even_counter, double* z0, double* z1) {
-  double u1 = philox_uniform_f64(seed, even_counter);
-  double u2 = philox_uniform_f64(seed, even_counter + 1);
-  double r = sqrt(-2.0 * log1p(-u1)); /* 1 - u1 in (0, 1] */
-  double theta = 6.283185307179586 * u2;
-  *z0 = r * cos(theta);
-  *z1 = r * sin(theta);
-}
-
 /* ---- index-ordered generation ------------------------------------------------------ */
 
 /* Writes count elements of out starting at row-major index first; elements
@@ -142,6 +132,18 @@ static void fill_row(char* const* p, const int64_t* s, int64_t n, void* opaque) 
   int size = fill->elem_size;
   if (s[0] == size && fill->all_bytes_equal) {
     memset(p[0], fill->element[0], (size_t)(n * size));
+    return;
+  }
+  if (s[0] == size && size == 4) { /* contiguous: a loop the vectorizer takes */
+    uint32_t v, *out = (uint32_t*)p[0];
+    memcpy(&v, fill->element, 4);
+    for (int64_t i = 0; i < n; i++) out[i] = v;
+    return;
+  }
+  if (s[0] == size && size == 8) {
+    uint64_t v, *out = (uint64_t*)p[0];
+    memcpy(&v, fill->element, 8);
+    for (int64_t i = 0; i < n; i++) out[i] = v;
     return;
   }
   switch (size) {
@@ -240,22 +242,114 @@ static void rand_fill(char* out, int64_t stride, int64_t first, int64_t count, v
   }
 }
 
-static void store_normal(const random_context* r, char* p, double z) {
-  if (r->dtype == DTYPE_F32) *(float*)p = (float)z;
-  else *(double*)p = z;
+/* ---- Box-Muller in double, vectorizable: fdlibm's log and sin/cos kernels (< 1 ulp, as
+   libm's), branch-free and without calls, so the float32 results round to the same floats
+   as the reference's (numpy's log1p/cos/sin) and the float64 ones stay within a few ulps. */
+
+REFCPU_ALWAYS_INLINE uint64_t bm_bits(double x) {
+  uint64_t b;
+  memcpy(&b, &x, sizeof b);
+  return b;
+}
+REFCPU_ALWAYS_INLINE double bm_double(uint64_t b) {
+  double x;
+  memcpy(&x, &b, sizeof x);
+  return x;
 }
 
-/* philox_uniform_f64 for counters base, base + 2, ...: the uniforms of Box-Muller pairs,
-   vectorized (the words of philox_two_words are words 0 and 1 of philox4x32_10). */
+/* log(x) for a normal x > 0 (here 1 - u1 in [2^-53, 1], exact): fdlibm's e_log.c. */
+REFCPU_ALWAYS_INLINE double bm_log(double x) {
+  const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+  const double lg1 = 6.666666666666735130e-01, lg2 = 3.999999999940941908e-01,
+               lg3 = 2.857142874366239149e-01, lg4 = 2.222219843214978396e-01,
+               lg5 = 1.818357216161805012e-01, lg6 = 1.531383769920937332e-01,
+               lg7 = 1.479819860511658591e-01;
+  uint64_t bits = bm_bits(x);
+  int32_t hx = (int32_t)(bits >> 32);
+  int32_t k = (hx >> 20) - 1023;
+  hx &= 0x000fffff;
+  int32_t i = (hx + 0x95f64) & 0x100000; /* the mantissa into [sqrt(2)/2, sqrt(2)) */
+  k += i >> 20;
+  double f = bm_double(((uint64_t)(uint32_t)(hx | (i ^ 0x3ff00000)) << 32) | (bits & 0xffffffffu)) - 1.0;
+  double s = f / (2.0 + f), dk = (double)k, z = s * s, w = z * z;
+  double t1 = w * (lg2 + w * (lg4 + w * lg6));
+  double t2 = z * (lg1 + w * (lg3 + w * (lg5 + w * lg7)));
+  double r = t2 + t1, hfsq = 0.5 * f * f;
+  bool large_f = ((hx - 0x6147a) | (0x6b851 - hx)) > 0;
+  double with_hfsq = dk * ln2_hi - ((hfsq - (s * (hfsq + r) + dk * ln2_lo)) - f);
+  double without = dk * ln2_hi - ((s * (f - r) - dk * ln2_lo) - f);
+  return large_f ? with_hfsq : without;
+}
+
+/* fdlibm's __kernel_sin / __kernel_cos on |x + y| <= pi/4 (y the tail of x). */
+REFCPU_ALWAYS_INLINE double bm_kernel_sin(double x, double y) {
+  const double s1 = -1.66666666666666324348e-01, s2 = 8.33333333332248946124e-03,
+               s3 = -1.98412698298579493134e-04, s4 = 2.75573137070700676789e-06,
+               s5 = -2.50507602534068634195e-08, s6 = 1.58969099521155010221e-10;
+  double z = x * x, v = z * x;
+  double r = s2 + z * (s3 + z * (s4 + z * (s5 + z * s6)));
+  return x - ((z * (0.5 * y - v * r) - y) - v * s1);
+}
+REFCPU_ALWAYS_INLINE double bm_kernel_cos(double x, double y) {
+  const double c1 = 4.16666666666666019037e-02, c2 = -1.38888888888741095749e-03,
+               c3 = 2.48015872894767294178e-05, c4 = -2.75573143513906633035e-07,
+               c5 = 2.08757232129817482790e-09, c6 = -1.13596475577881948265e-11;
+  int32_t ix = (int32_t)(bm_bits(x) >> 32) & 0x7fffffff;
+  double z = x * x;
+  double r = z * (c1 + z * (c2 + z * (c3 + z * (c4 + z * (c5 + z * c6)))));
+  /* qx: 0 below 0.3 (then a - hz is 1 - z/2), x/4 to 20 bits up to 0.78125, else 0.28125 */
+  double qx = ix < 0x3fd33333 ? 0.0
+              : ix > 0x3fe90000 ? 0.28125
+                                : bm_double((uint64_t)(uint32_t)(ix - 0x00200000) << 32);
+  double hz = 0.5 * z - qx, a = 1.0 - qx;
+  return a - (hz - (z * r - x * y));
+}
+
+/* sin and cos of theta in [0, 2 pi): theta - n pi/2 with pi/2 in three parts, then the kernels. */
+REFCPU_ALWAYS_INLINE void bm_sincos(double theta, double* sin_out, double* cos_out) {
+  const double pio2_1 = 1.57079632673412561417e+00, pio2_2 = 6.07710050630396597660e-11,
+               pio2_2t = 2.02226624879595063154e-21, two_over_pi = 6.36619772367581382433e-01;
+  double n = floor(theta * two_over_pi + 0.5);
+  double r = theta - n * pio2_1; /* exact: n <= 4 and pio2_1 has 33 bits */
+  double w = n * pio2_2;
+  double y0 = r - w;
+  double y1 = ((r - y0) - w) - n * pio2_2t;
+  double y = y0 + y1;
+  y1 = (y0 - y) + y1;
+  double ks = bm_kernel_sin(y, y1), kc = bm_kernel_cos(y, y1);
+  int32_t q = (int32_t)n & 3;
+  double sin_v = (q & 1) ? kc : ks, cos_v = (q & 1) ? ks : kc;
+  *sin_out = (q & 2) ? -sin_v : sin_v;
+  *cos_out = ((q + 1) & 2) ? -cos_v : cos_v;
+}
+
+/* philox_uniform_f64's (((w0 << 32) | w1) >> 11) 2^-53 from int32 halves (exact), which
+   vectorize without AVX-512DQ's int64 conversions. */
+REFCPU_ALWAYS_INLINE double bm_uniform53(uint32_t w0, uint32_t w1) {
+  int32_t high = (int32_t)(w0 >> 1), low = (int32_t)(((w0 & 1u) << 21) | (w1 >> 11));
+  return ((double)high * 0x1.0p22 + (double)low) * 0x1.0p-53;
+}
+
+/* z0, z1 of the Box-Muller pairs at counters base, base + 2, ... (base even): cosine and
+   sine of the pair of uniforms (base + 2j, base + 2j + 1), as the reference's randn. */
 REFCPU_VECTOR_CLONES
-static void pair_uniforms(uint64_t seed, uint64_t base, int64_t pairs, double* u1, double* u2) {
+static void normal_pairs(uint64_t seed, uint64_t base, int64_t pairs, double* z0, double* z1) {
   for (int64_t j = 0; j < pairs; j++) {
     uint32_t a0, a1, b0, b1;
     philox_two_words(seed, base + 2 * (uint64_t)j, &a0, &a1);
     philox_two_words(seed, base + 2 * (uint64_t)j + 1, &b0, &b1);
-    u1[j] = (double)((((uint64_t)a0 << 32) | a1) >> 11) * 0x1.0p-53;
-    u2[j] = (double)((((uint64_t)b0 << 32) | b1) >> 11) * 0x1.0p-53;
+    double u1 = bm_uniform53(a0, a1), u2 = bm_uniform53(b0, b1);
+    double radius = sqrt(-2.0 * bm_log(1.0 - u1)); /* 1 - u1 is exact: log1p(-u1) */
+    double sin_v, cos_v;
+    bm_sincos(6.283185307179586 * u2, &sin_v, &cos_v);
+    z0[j] = radius * cos_v;
+    z1[j] = radius * sin_v;
   }
+}
+
+static void store_normal(const random_context* r, char* p, double z) {
+  if (r->dtype == DTYPE_F32) *(float*)p = (float)z;
+  else *(double*)p = z;
 }
 
 #define RANDN_BLOCK_PAIRS 128
@@ -263,31 +357,18 @@ static void pair_uniforms(uint64_t seed, uint64_t base, int64_t pairs, double* u
 static void randn_fill(char* out, int64_t stride, int64_t first, int64_t count, void* opaque) {
   const random_context* r = opaque;
   int64_t i = 0;
-  /* Whole pairs in blocks: their uniforms vectorized, then Box-Muller as philox_normal_pair. */
-  if (((r->offset + (uint64_t)first) & 1) == 0) {
-    double u1[RANDN_BLOCK_PAIRS], u2[RANDN_BLOCK_PAIRS];
-    while (count - i >= 2) {
-      int64_t pairs = (count - i) / 2 < RANDN_BLOCK_PAIRS ? (count - i) / 2 : RANDN_BLOCK_PAIRS;
-      pair_uniforms(r->seed, r->offset + (uint64_t)(first + i), pairs, u1, u2);
-      for (int64_t j = 0; j < pairs; j++, i += 2) {
-        double radius = sqrt(-2.0 * log1p(-u1[j]));
-        double theta = 6.283185307179586 * u2[j];
-        store_normal(r, out + i * stride, radius * cos(theta));
-        store_normal(r, out + (i + 1) * stride, radius * sin(theta));
-      }
-    }
+  double z0[RANDN_BLOCK_PAIRS], z1[RANDN_BLOCK_PAIRS];
+  if (count > 0 && ((r->offset + (uint64_t)first) & 1) == 1) { /* an odd first counter: a sine */
+    normal_pairs(r->seed, r->offset + (uint64_t)first - 1, 1, z0, z1);
+    store_normal(r, out, z1[0]);
+    i = 1;
   }
   while (i < count) {
-    uint64_t counter = r->offset + (uint64_t)(first + i);
-    double z0, z1;
-    philox_normal_pair(r->seed, counter & ~(uint64_t)1, &z0, &z1);
-    if ((counter & 1) == 0) {
-      store_normal(r, out + i * stride, z0);
-      if (i + 1 < count) store_normal(r, out + (i + 1) * stride, z1);
-      i += 2;
-    } else {
-      store_normal(r, out + i * stride, z1);
-      i += 1;
+    int64_t pairs = (count - i + 1) / 2 < RANDN_BLOCK_PAIRS ? (count - i + 1) / 2 : RANDN_BLOCK_PAIRS;
+    normal_pairs(r->seed, r->offset + (uint64_t)(first + i), pairs, z0, z1);
+    for (int64_t j = 0; j < pairs; j++, i += 2) {
+      store_normal(r, out + i * stride, z0[j]);
+      if (i + 1 < count) store_normal(r, out + (i + 1) * stride, z1[j]);
     }
   }
 }

@@ -191,9 +191,35 @@ typedef struct along_dim {
   uint8_t dtype;
 } along_dim;
 
+/* The typed loops of the rows below for int32/int64 indices and 4/8-byte elements (float32,
+   int32, float64, int64...): no per-element dtype switch. BODY uses index, i and T. */
+#define ALONG_TYPED(a, BODY)                                                                   \
+  do {                                                                                         \
+    if ((a)->int64 && (a)->size == 4) {                                                        \
+      typedef uint32_t T;                                                                      \
+      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int64_t*)(p[0] + i * s[0]); BODY; } \
+    } else if ((a)->int64 && (a)->size == 8) {                                                 \
+      typedef uint64_t T;                                                                      \
+      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int64_t*)(p[0] + i * s[0]); BODY; } \
+    } else if ((a)->size == 4) {                                                               \
+      typedef uint32_t T;                                                                      \
+      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int32_t*)(p[0] + i * s[0]); BODY; } \
+    } else {                                                                                   \
+      typedef uint64_t T;                                                                      \
+      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int32_t*)(p[0] + i * s[0]); BODY; } \
+    }                                                                                          \
+  } while (0)
+
+static bool along_typed(const along_dim* a) { return a->size == 4 || a->size == 8; }
+
 /* Rows of the plan over indices' shape: p[0] indices, p[1] out, p[2] x without dim. */
 static void gather_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
   const along_dim* a = opaque;
+  if (along_typed(a)) {
+    int64_t step = a->step;
+    ALONG_TYPED(a, *(T*)(p[1] + i * s[1]) = *(const T*)(p[2] + i * s[2] + index * step));
+    return;
+  }
   for (int64_t i = 0; i < n; i++) {
     int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
     copy_element(p[1] + i * s[1], p[2] + i * s[2] + index * a->step, a->size);
@@ -203,14 +229,35 @@ static void gather_row(char* const* p, const int64_t* s, int64_t n, void* opaque
 /* p[0] indices, p[1] source, p[2] out without dim. */
 static void scatter_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
   const along_dim* a = opaque;
+  if (along_typed(a)) {
+    int64_t step = a->step;
+    ALONG_TYPED(a, *(T*)(p[2] + i * s[2] + index * step) = *(const T*)(p[1] + i * s[1]));
+    return;
+  }
   for (int64_t i = 0; i < n; i++) {
     int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
     copy_element(p[2] + i * s[2] + index * a->step, p[1] + i * s[1], a->size);
   }
 }
 
+/* float32 / float64 sums typed (T is the element type here), the rest through add_element. */
+#define SCATTER_ADD_TYPED(E)                                                                   \
+  for (int64_t i = 0; i < n; i++) {                                                            \
+    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);                                  \
+    *(E*)(p[2] + i * s[2] + index * step) += *(const E*)(p[1] + i * s[1]);                     \
+  }
+
 static void scatter_add_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
   const along_dim* a = opaque;
+  int64_t step = a->step;
+  if (a->dtype == DTYPE_F32) {
+    SCATTER_ADD_TYPED(float)
+    return;
+  }
+  if (a->dtype == DTYPE_F64) {
+    SCATTER_ADD_TYPED(double)
+    return;
+  }
   for (int64_t i = 0; i < n; i++) {
     int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
     add_element(p[2] + i * s[2] + index * a->step, p[1] + i * s[1], a->dtype);

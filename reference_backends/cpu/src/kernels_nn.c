@@ -638,16 +638,11 @@ oar_status refcpu_run_max_pool2d(const kernel_command* cmd) {
 }
 
 /* max_pool2d_indices: h * W + w of each window's first maximum (first NaN), the element
-   max_pool2d_backward routes to; read as double, which keeps float32's order and NaNs. */
+   max_pool2d_backward routes to (the same window scan, max_pool_scan_row). */
 typedef struct pool_indices_job {
   pool_geometry g;
   const tensor_view *x, *out;
 } pool_indices_job;
-
-static double pool_load(const tensor_view* x, const char* base, int64_t offset) {
-  if (x->dtype == DTYPE_F64) return ((const double*)base)[offset];
-  return (double)((const float*)base)[offset];
-}
 
 static void pool_indices_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   (void)chunk;
@@ -658,26 +653,12 @@ static void pool_indices_range(void* opaque, int64_t begin, int64_t end, int chu
   for (int64_t plane = begin; plane < end; plane++) {
     const char* x_data = x->data + plane_offset(x, plane, g->channels) * x->elem_size;
     int64_t* out_data = (int64_t*)out->data + plane_offset(out, plane, g->channels);
-    for (int64_t oh = 0; oh < g->out_h; oh++)
-      for (int64_t ow = 0; ow < g->out_w; ow++) {
-        int64_t h0 = oh * g->stride[0] - g->padding[0], w0 = ow * g->stride[1] - g->padding[1];
-        double best = -INFINITY;
-        int64_t where = -1;
-        for (int64_t kh = 0; kh < g->kernel[0]; kh++) {
-          int64_t h = h0 + kh;
-          if (h < 0 || h >= g->in_h) continue;
-          for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
-            int64_t w = w0 + kw;
-            if (w < 0 || w >= g->in_w) continue;
-            double v = pool_load(x, x_data, h * x->strides[n - 2] + w * x->strides[n - 1]);
-            if (where < 0 || v > best || (v != v && best == best)) {
-              best = v;
-              where = h * g->in_w + w;
-            }
-          }
-        }
-        out_data[oh * out->strides[n - 2] + ow * out->strides[n - 1]] = where;
-      }
+    if (x->dtype == DTYPE_F64)
+      max_pool_indices_plane_f64(g, (const double*)x_data, x->strides[n - 2], x->strides[n - 1], out_data,
+                                 out->strides[n - 2], out->strides[n - 1]);
+    else
+      max_pool_indices_plane_f32(g, (const float*)x_data, x->strides[n - 2], x->strides[n - 1], out_data,
+                                 out->strides[n - 2], out->strides[n - 1]);
   }
 }
 

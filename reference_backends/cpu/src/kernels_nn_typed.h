@@ -127,30 +127,36 @@ NN_ROW_CLONES static void NN_FN(norm_backward_row)(const NN_T* restrict grad, co
 
 /* ---- cross_entropy --------------------------------------------------------------- */
 
-/* max of a row, NaN if any is NaN; eight lanes, all selects, so it vectorizes. */
+/* max of a row, NaN if any is NaN; in 32-byte GCC vectors, as gcc leaves a select-max
+   reduction scalar (the baseline clone runs each as two SSE operations). */
 NN_INLINE NN_T NN_FN(row_max)(const NN_T* restrict x, int64_t n) {
-  NN_T lanes[8], nan_seen[8];
-  for (int l = 0; l < 8; l++) {
-    lanes[l] = x[0];
-    nan_seen[l] = 0;
-  }
+  typedef NN_T vec __attribute__((vector_size(32)));
+  enum { W = 32 / sizeof(NN_T) };
+  NN_T best = x[0];
+  bool nan = false;
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++) {
-      NN_T v = x[i + l];
-      lanes[l] = v > lanes[l] ? v : lanes[l];
-      nan_seen[l] = v != v ? (NN_T)1 : nan_seen[l];
+  if (n >= W) {
+    vec top;
+    memcpy(&top, x, sizeof top);
+    __typeof__(top != top) nans = top != top;
+    for (i = W; i + W <= n; i += W) {
+      vec v;
+      memcpy(&v, x + i, sizeof v);
+      __typeof__(v > top) take = v > top;
+      top = (vec)(((__typeof__(take))v & take) | ((__typeof__(take))top & ~take));
+      nans |= v != v;
     }
-  NN_T best = lanes[0], nan = nan_seen[0];
-  for (int l = 1; l < 8; l++) {
-    best = lanes[l] > best ? lanes[l] : best;
-    nan += nan_seen[l];
+    best = top[0];
+    for (int l = 0; l < W; l++) {
+      best = top[l] > best ? top[l] : best;
+      nan |= nans[l] != 0;
+    }
   }
   for (; i < n; i++) {
     best = x[i] > best ? x[i] : best;
-    nan += x[i] != x[i] ? (NN_T)1 : (NN_T)0;
+    nan |= x[i] != x[i];
   }
-  return nan != 0 ? (NN_T)NAN : best;
+  return nan ? (NN_T)NAN : best;
 }
 
 /* sum exp(x - max), eight double lanes. */
@@ -205,51 +211,93 @@ typedef struct NN_FN(pool_plane) {
   int64_t out_row, out_col;
 } NN_FN(pool_plane);
 
-static void NN_FN(max_pool_plane)(const pool_geometry* g, const NN_FN(pool_plane) * p) {
-  for (int64_t oh = 0; oh < g->out_h; oh++)
-    for (int64_t ow = 0; ow < g->out_w; ow++) {
-      int64_t h0 = oh * g->stride[0] - g->padding[0], w0 = ow * g->stride[1] - g->padding[1];
-      NN_T best = -(NN_T)INFINITY;
-      for (int64_t kh = 0; kh < g->kernel[0]; kh++) {
-        int64_t h = h0 + kh;
-        if (h < 0 || h >= g->in_h) continue;
-        for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
-          int64_t w = w0 + kw;
-          if (w < 0 || w >= g->in_w) continue;
-          NN_T v = p->x[h * p->x_row + w * p->x_col];
-          if (v > best || (v != v && best == best)) best = v; /* the first NaN wins */
-        }
+enum { NN_FN(POOL_ROW_TILE) = 256 };
+
+/* The windows of output row oh, columns [ow_begin, ow_end): best[ow - ow_begin] is each
+   window's maximum and where[...] = h * in_w + w its first maximum (the first NaN wins), -1 for
+   a window with no element. The window's elements are visited in the same order as a window at
+   a time (kernel row, then kernel column), but each (kh, kw) over the whole tile of columns, so
+   that loop vectorizes. x_col is a constant where the caller passes one. */
+REFCPU_ALWAYS_INLINE void NN_FN(max_pool_scan_row)(const pool_geometry* g, const NN_T* x, int64_t x_row,
+                                                   int64_t x_col, int64_t oh, int64_t ow_begin,
+                                                   int64_t ow_end, NN_T* restrict best,
+                                                   int64_t* restrict where) {
+  int64_t count = ow_end - ow_begin, sw = g->stride[1], in_w = g->in_w;
+  for (int64_t i = 0; i < count; i++) {
+    best[i] = -(NN_T)INFINITY;
+    where[i] = -1;
+  }
+  int64_t h0 = oh * g->stride[0] - g->padding[0];
+  for (int64_t kh = 0; kh < g->kernel[0]; kh++) {
+    int64_t h = h0 + kh;
+    if (h < 0 || h >= g->in_h) continue;
+    const NN_T* x_h = x + h * x_row;
+    for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
+      int64_t shift = kw - g->padding[1]; /* w = ow * sw + shift */
+      int64_t lo = ow_begin, hi = ow_end; /* no division: a few steps over the padding */
+      while (lo < hi && lo * sw + shift < 0) lo++;
+      while (hi > lo && (hi - 1) * sw + shift >= in_w) hi--;
+      for (int64_t ow = lo; ow < hi; ow++) {
+        int64_t w = ow * sw + shift, i = ow - ow_begin;
+        NN_T v = x_h[w * x_col], b = best[i];
+        bool take = (where[i] < 0) | (v > b) | ((v != v) & (b == b));
+        best[i] = take ? v : b;
+        where[i] = take ? h * in_w + w : where[i];
       }
-      p->out[oh * p->out_row + ow * p->out_col] = best;
     }
+  }
+}
+
+/* Calls BODY(oh, ow_begin, count, best, where) per tile of each output row after the scan. */
+#define NN_MAX_POOL_ROWS(g, x, x_row, x_col, BODY)                                            \
+  do {                                                                                        \
+    NN_T best_[NN_FN(POOL_ROW_TILE)];                                                         \
+    int64_t where_[NN_FN(POOL_ROW_TILE)];                                                     \
+    for (int64_t oh_ = 0; oh_ < (g)->out_h; oh_++)                                            \
+      for (int64_t ow0_ = 0; ow0_ < (g)->out_w; ow0_ += NN_FN(POOL_ROW_TILE)) {               \
+        int64_t ow1_ = ow0_ + NN_FN(POOL_ROW_TILE) < (g)->out_w ? ow0_ + NN_FN(POOL_ROW_TILE)   \
+                                                                 : (g)->out_w;                \
+        if ((x_col) == 1)                                                                     \
+          NN_FN(max_pool_scan_row)(g, x, x_row, 1, oh_, ow0_, ow1_, best_, where_);           \
+        else                                                                                  \
+          NN_FN(max_pool_scan_row)(g, x, x_row, x_col, oh_, ow0_, ow1_, best_, where_);       \
+        BODY(oh_, ow0_, ow1_ - ow0_, best_, where_);                                          \
+      }                                                                                       \
+  } while (0)
+
+#define NN_MAX_POOL_STORE(oh, ow0, count, best, where)                                        \
+  for (int64_t i_ = 0; i_ < (count); i_++) p->out[(oh) * p->out_row + ((ow0) + i_) * p->out_col] = best[i_]
+
+REFCPU_VECTOR_CLONES static void NN_FN(max_pool_plane)(const pool_geometry* g, const NN_FN(pool_plane) * p) {
+  NN_MAX_POOL_ROWS(g, p->x, p->x_row, p->x_col, NN_MAX_POOL_STORE);
+}
+
+/* out[oh * out_row + ow * out_col] = h * in_w + w of each window's first maximum. */
+REFCPU_VECTOR_CLONES static void NN_FN(max_pool_indices_plane)(const pool_geometry* g, const NN_T* x,
+                                                               int64_t x_row, int64_t x_col,
+                                                               int64_t* out, int64_t out_row,
+                                                               int64_t out_col) {
+#define NN_MAX_POOL_STORE_INDICES(oh, ow0, count, best, where) \
+  for (int64_t i_ = 0; i_ < (count); i_++) out[(oh) * out_row + ((ow0) + i_) * out_col] = where[i_]
+  NN_MAX_POOL_ROWS(g, x, x_row, x_col, NN_MAX_POOL_STORE_INDICES);
+#undef NN_MAX_POOL_STORE_INDICES
 }
 
 /* grad is the plane of the forward's out shape (read through out/out_row/out_col),
    x the forward input, dx (x's shape, compact rows) receives the gradient. */
-static void NN_FN(max_pool_backward_plane)(const pool_geometry* g, const NN_FN(pool_plane) * p,
-                                           NN_T* restrict dx) {
+REFCPU_VECTOR_CLONES static void NN_FN(max_pool_backward_plane)(const pool_geometry* g,
+                                                                const NN_FN(pool_plane) * p,
+                                                                NN_T* restrict dx) {
   for (int64_t i = 0; i < g->in_h * g->in_w; i++) dx[i] = 0;
-  for (int64_t oh = 0; oh < g->out_h; oh++)
-    for (int64_t ow = 0; ow < g->out_w; ow++) {
-      int64_t h0 = oh * g->stride[0] - g->padding[0], w0 = ow * g->stride[1] - g->padding[1];
-      NN_T best = -(NN_T)INFINITY;
-      int64_t where = -1;
-      for (int64_t kh = 0; kh < g->kernel[0]; kh++) {
-        int64_t h = h0 + kh;
-        if (h < 0 || h >= g->in_h) continue;
-        for (int64_t kw = 0; kw < g->kernel[1]; kw++) {
-          int64_t w = w0 + kw;
-          if (w < 0 || w >= g->in_w) continue;
-          NN_T v = p->x[h * p->x_row + w * p->x_col];
-          if (where < 0 || v > best || (v != v && best == best)) {
-            best = v;
-            where = h * g->in_w + w;
-          }
-        }
-      }
-      if (where >= 0) dx[where] += p->out[oh * p->out_row + ow * p->out_col];
-    }
+#define NN_MAX_POOL_ROUTE(oh, ow0, count, best, where)                                    \
+  for (int64_t i_ = 0; i_ < (count); i_++)                                                \
+    if (where[i_] >= 0) dx[where[i_]] += p->out[(oh) * p->out_row + ((ow0) + i_) * p->out_col]
+  NN_MAX_POOL_ROWS(g, p->x, p->x_row, p->x_col, NN_MAX_POOL_ROUTE);
+#undef NN_MAX_POOL_ROUTE
 }
+
+#undef NN_MAX_POOL_STORE
+#undef NN_MAX_POOL_ROWS
 
 static void NN_FN(avg_pool_plane)(const pool_geometry* g, const NN_FN(pool_plane) * p) {
   double divisor = (double)(g->kernel[0] * g->kernel[1]);

@@ -316,14 +316,58 @@ static void truth_fold(const reduce_job* job, bool want_all) {
 static void any_run(const reduce_job* job) { truth_fold(job, false); }
 static void all_run(const reduce_job* job) { truth_fold(job, true); }
 
-/* ---- logsumexp: max + log(sum(exp(x - max))), in double ------------------------------------ */
+/* ---- logsumexp: max + log(sum(exp(x - max))), summed in double ------------------------------ */
+
+/* One line of n float32 values (contiguous): max and NaN test, then exp in float (refcpu_expf,
+   2 ulp, as torch's float32 logsumexp computes it) summed in 8 double lanes, so both loops
+   vectorize. */
+REFCPU_VECTOR_CLONES static float logsumexp_line_f32(const float* x, int64_t n) {
+  typedef float vec __attribute__((vector_size(32))); /* gcc leaves a select-max scalar */
+  float top = n > 0 ? x[0] : -INFINITY;
+  bool nan = false;
+  int64_t r = 0;
+  if (n >= 8) {
+    vec tops;
+    memcpy(&tops, x, sizeof tops);
+    __typeof__(tops != tops) nans = tops != tops;
+    for (r = 8; r + 8 <= n; r += 8) {
+      vec v;
+      memcpy(&v, x + r, sizeof v);
+      __typeof__(v > tops) take = v > tops;
+      tops = (vec)(((__typeof__(take))v & take) | ((__typeof__(take))tops & ~take));
+      nans |= v != v;
+    }
+    for (int l = 0; l < 8; l++) {
+      top = tops[l] > top ? tops[l] : top;
+      nan |= nans[l] != 0;
+    }
+  }
+  for (; r < n; r++) {
+    nan |= x[r] != x[r];
+    top = x[r] > top ? x[r] : top;
+  }
+  if (nan) return NAN;
+  if (!isfinite(top)) return top;
+  double lanes[8] = {0};
+  for (r = 0; r + 8 <= n; r += 8)
+    for (int l = 0; l < 8; l++) lanes[l] += (double)refcpu_expf(x[r + l] - top);
+  double total = 0.0;
+  for (int l = 0; l < 8; l++) total += lanes[l];
+  for (; r < n; r++) total += (double)refcpu_expf(x[r] - top);
+  return (float)((double)top + log(total));
+}
 
 #define DEFINE_LOGSUMEXP(name, T)                                                               \
-  static void name##_run(const reduce_job* job) {                                               \
+  static void name##_rows(int64_t begin, int64_t end, void* opaque) {                           \
+    const reduce_job* job = opaque;                                                             \
     int64_t n = job->reduced, inner = job->inner;                                               \
-    for (int64_t o = 0; o < job->outer; o++)                                                    \
+    for (int64_t o = begin; o < end; o++)                                                       \
       for (int64_t i = 0; i < inner; i++) {                                                     \
         const T* x = (const T*)job->x + o * n * inner + i;                                      \
+        if (sizeof(T) == sizeof(float) && inner == 1) {                                         \
+          ((T*)job->out)[o] = (T)logsumexp_line_f32((const float*)x, n);                        \
+          continue;                                                                             \
+        }                                                                                       \
         double top = -INFINITY;                                                                 \
         bool nan = false;                                                                       \
         for (int64_t r = 0; r < n; r++) {                                                       \
@@ -341,6 +385,10 @@ static void all_run(const reduce_job* job) { truth_fold(job, true); }
         }                                                                                       \
         ((T*)job->out)[o * inner + i] = (T)result;                                              \
       }                                                                                         \
+  }                                                                                             \
+  static void name##_run(const reduce_job* job) { /* rows of O over the pool */                 \
+    int64_t work = job->reduced * job->inner + 1;                                               \
+    refcpu_parallel_for(job->outer, (1 << 14) / work + 1, name##_rows, (void*)job);              \
   }
 DEFINE_LOGSUMEXP(logsumexp_f32, float)
 DEFINE_LOGSUMEXP(logsumexp_f64, double)

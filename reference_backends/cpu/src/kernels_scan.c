@@ -11,8 +11,61 @@ typedef struct scan_job {
   bool product;
 } scan_job;
 
+enum { SCAN_GROUP = 8 };
+
+/* float32 / float64 lines (x and out of one dtype), SCAN_GROUP at a time: each accumulator is
+   a serial chain of double adds or multiplies, so interleaving lines hides their latency. The
+   order within each line, and so every result, is the generic loop's. */
+#define DEFINE_SCAN_TYPED(name, T)                                                                \
+  static void name(const scan_job* job, int64_t begin, int64_t end) {                             \
+    const tensor_view *x = &job->x, *out = &job->out;                                             \
+    int64_t n = x->shape[job->dim], sx = x->strides[job->dim], so = out->strides[job->dim];       \
+    bool product = job->product;                                                                  \
+    for (int64_t line = begin; line < end; line += SCAN_GROUP) {                                  \
+      int group = end - line < SCAN_GROUP ? (int)(end - line) : SCAN_GROUP;                       \
+      const T* src[SCAN_GROUP];                                                                   \
+      T* dst[SCAN_GROUP];                                                                         \
+      double acc[SCAN_GROUP];                                                                     \
+      for (int l = 0; l < group; l++) {                                                           \
+        src[l] = (const T*)x->data + line_offset(x, job->dim, line + l);                          \
+        dst[l] = (T*)out->data + line_offset(out, job->dim, line + l);                            \
+        acc[l] = product ? 1.0 : 0.0;                                                             \
+      }                                                                                           \
+      if (group == SCAN_GROUP && !product) {                                                      \
+        for (int64_t i = 0; i < n; i++)                                                           \
+          for (int l = 0; l < SCAN_GROUP; l++) {                                                  \
+            acc[l] += (double)src[l][i * sx];                                                     \
+            dst[l][i * so] = (T)acc[l];                                                           \
+          }                                                                                       \
+      } else if (group == SCAN_GROUP) {                                                           \
+        for (int64_t i = 0; i < n; i++)                                                           \
+          for (int l = 0; l < SCAN_GROUP; l++) {                                                  \
+            acc[l] *= (double)src[l][i * sx];                                                     \
+            dst[l][i * so] = (T)acc[l];                                                           \
+          }                                                                                       \
+      } else {                                                                                    \
+        for (int l = 0; l < group; l++)                                                           \
+          for (int64_t i = 0; i < n; i++) {                                                       \
+            double v = (double)src[l][i * sx];                                                    \
+            acc[l] = product ? acc[l] * v : acc[l] + v;                                           \
+            dst[l][i * so] = (T)acc[l];                                                           \
+          }                                                                                       \
+      }                                                                                           \
+    }                                                                                             \
+  }
+DEFINE_SCAN_TYPED(scan_lines_f32, float)
+DEFINE_SCAN_TYPED(scan_lines_f64, double)
+
 static void scan_lines(int64_t begin, int64_t end, void* opaque) {
   const scan_job* job = opaque;
+  if (job->x.dtype == job->out.dtype && job->x.dtype == DTYPE_F32) {
+    scan_lines_f32(job, begin, end);
+    return;
+  }
+  if (job->x.dtype == job->out.dtype && job->x.dtype == DTYPE_F64) {
+    scan_lines_f64(job, begin, end);
+    return;
+  }
   const tensor_view *x = &job->x, *out = &job->out;
   int64_t n = x->shape[job->dim], sx = x->strides[job->dim], so = out->strides[job->dim];
   bool is_float = dtype_is_float(x->dtype);
