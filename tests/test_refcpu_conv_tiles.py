@@ -40,3 +40,28 @@ def test_conv2d_tiles_match_torch(x_shape, w_shape, stride, padding, dilation, g
         # float32 sums of up to ~1e4 terms: error relative to the largest |value|
         scale = max(1.0, float(np.abs(want[name]).max()))
         np.testing.assert_allclose(value, want[name], rtol=0, atol=1e-5 * scale, err_msg=name)
+
+
+# Batch 1 (and batch x groups below the thread count): each sample's output rows are split into
+# tiles run on different threads; with bias, pointwise (columns taken straight from x), odd heights.
+ONE_SAMPLE = [
+    ((1, 64, 7, 7), (128, 64, 1, 1), (1, 1), (0, 0), 1),
+    ((1, 32, 15, 9), (24, 32, 3, 3), (1, 1), (1, 1), 1),
+    ((1, 16, 13, 13), (16, 8, 3, 3), (2, 2), (1, 1), 2),
+    ((1, 8, 3, 5), (4, 8, 3, 3), (1, 1), (1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("x_shape, w_shape, stride, padding, groups", ONE_SAMPLE)
+def test_one_sample_is_split_into_row_tiles_and_matches_torch(x_shape, w_shape, stride, padding, groups, dtype):
+    rng = np.random.default_rng(sum(w_shape))
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = (rng.standard_normal(w_shape) * 0.1).astype(dtype)
+    b = rng.standard_normal(w_shape[0]).astype(dtype)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+                                      torch.from_numpy(b).double(), stride, padding, 1, groups).numpy()
+    got = oar.ops.conv2d(oar.tensor(x), oar.tensor(w), oar.tensor(b), stride=list(stride), padding=list(padding),
+                         dilation=[1, 1], groups=groups).numpy()
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * max(1.0, float(np.abs(want).max())))

@@ -819,6 +819,7 @@ typedef struct conv_job {
   int64_t x_ld, grad_ld, out_ld;
   int64_t col_columns;        /* columns of the scratch column matrix */
   int64_t tile_rows;          /* output rows per column tile */
+  int64_t item_tiles;         /* forward items per (sample, group): 1, or one per tile of output rows */
   char* scratch;              /* chunks x per_chunk bytes */
   size_t per_chunk;
   size_t col_at, block_at, sample_at, partial_at; /* offsets inside a chunk's part */
@@ -890,8 +891,9 @@ oar_status refcpu_check_conv2d(kernel_command* cmd) {
   return OAR_SUCCESS;
 }
 
-/* Items are (sample, group): im2col of the group's channels, then
-   out_g [O/g, P] = W_g [O/g, ck] @ col [ck, P] (+ bias). */
+/* Items are (sample, group), or (sample, group, tile of output rows) when there are fewer samples
+   than threads: im2col of the group's channels, then out_g [O/g, P] = W_g [O/g, ck] @ col [ck, P]
+   (+ bias), one L2-sized tile of output rows at a time. */
 static void conv_forward_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   const conv_job* job = opaque;
   const conv_geometry* g = &job->g;
@@ -900,7 +902,12 @@ static void conv_forward_range(void* opaque, int64_t begin, int64_t end, int chu
   char* col = conv_part(job, chunk, job->col_at);
   char* block = conv_part(job, chunk, job->block_at);
   for (int64_t item = begin; item < end; item++) {
-    int64_t n = item / g->groups, group = item % g->groups;
+    int64_t tile = item % job->item_tiles, sample_group = item / job->item_tiles;
+    int64_t n = sample_group / g->groups, group = sample_group % g->groups;
+    int64_t oh_begin = job->item_tiles > 1 ? tile * job->tile_rows : 0;
+    int64_t oh_end = job->item_tiles > 1 && oh_begin + job->tile_rows < g->out_h ? oh_begin + job->tile_rows
+                                                                                : g->out_h;
+    int64_t p_begin = oh_begin * g->out_w, p_end = oh_end * g->out_w;
     const char* x_block = x->data + (n * x->strides[0] + group * g->group_in * x->strides[1]) * size;
     char* out_block = out->data + (n * out->strides[0] + group * g->group_out * out->strides[1]) * size;
     char* c = job->out_direct ? out_block : block;
@@ -909,24 +916,24 @@ static void conv_forward_range(void* opaque, int64_t begin, int64_t end, int chu
     if (bias) {
       for (int64_t o = 0; o < g->group_out; o++) {
         double value = load_float(bias->data + (group * g->group_out + o) * bias->strides[0] * size, job->f64);
-        for (int64_t p = 0; p < g->spatial; p++) store_float(c + (o * ldc + p) * size, job->f64, value);
+        for (int64_t p = p_begin; p < p_end; p++) store_float(c + (o * ldc + p) * size, job->f64, value);
       }
       beta = 1.0;
     }
     if (g->ck == 0) {
       if (!bias)
-        for (int64_t o = 0; o < g->group_out; o++) memset(c + o * ldc * size, 0, (size_t)(g->spatial * size));
+        for (int64_t o = 0; o < g->group_out; o++)
+          memset(c + (o * ldc + p_begin) * size, 0, (size_t)((p_end - p_begin) * size));
     } else {
       const char* w_group = job->w + group * g->group_out * g->ck * size;
       if (job->x_direct) {
-        conv_gemm(job->f64, false, false, g->group_out, g->spatial, g->ck, w_group, g->ck, x_block, job->x_ld,
-                  beta, c, ldc);
+        conv_gemm(job->f64, false, false, g->group_out, p_end - p_begin, g->ck, w_group, g->ck,
+                  x_block + p_begin * size, job->x_ld, beta, c + p_begin * size, ldc);
       } else {
-        /* out_g[:, tile] = W_g @ col(tile), one L2-sized tile of output rows at a time */
-        for (int64_t oh = 0; oh < g->out_h; oh += job->tile_rows) {
-          int64_t oh_end = oh + job->tile_rows < g->out_h ? oh + job->tile_rows : g->out_h;
-          int64_t columns = (oh_end - oh) * g->out_w;
-          conv_im2col(job->f64, x_block, x, g, oh, oh_end, col);
+        for (int64_t oh = oh_begin; oh < oh_end; oh += job->tile_rows) {
+          int64_t tile_end = oh + job->tile_rows < oh_end ? oh + job->tile_rows : oh_end;
+          int64_t columns = (tile_end - oh) * g->out_w;
+          conv_im2col(job->f64, x_block, x, g, oh, tile_end, col);
           conv_gemm(job->f64, false, false, g->group_out, columns, g->ck, w_group, g->ck, col, columns, beta,
                     c + oh * g->out_w * size, ldc);
         }
@@ -937,6 +944,21 @@ static void conv_forward_range(void* opaque, int64_t begin, int64_t end, int chu
       nn_unpack(out_block, c, 3, shape, out->strides + 1, size);
     }
   }
+}
+
+/* Splits each (sample, group) of a forward conv into tiles of output rows when there are fewer of
+   them than threads (batch-1 inference would run on one thread); only where the output is written
+   in place, so each tile is finished by the item that computes it. */
+static void conv_forward_tiles(conv_job* job) {
+  const conv_geometry* g = &job->g;
+  int threads = g_refcpu.config.threads > 1 ? g_refcpu.config.threads : 1;
+  int64_t sample_groups = g->batch * g->groups;
+  job->item_tiles = 1;
+  if (!job->out_direct || sample_groups >= threads || g->out_h < 2) return;
+  int64_t wanted = (threads + sample_groups - 1) / sample_groups;
+  int64_t rows = (g->out_h + wanted - 1) / wanted;
+  if (rows < job->tile_rows) job->tile_rows = rows;
+  job->item_tiles = (g->out_h + job->tile_rows - 1) / job->tile_rows;
 }
 
 /* Work of one item, in element operations, for the pool's split. */
@@ -973,9 +995,10 @@ oar_status refcpu_run_conv2d(const kernel_command* cmd) {
   job.pointwise = conv_is_pointwise(g);
   job.x_direct = job.pointwise && g->ck > 0 && channel_matrix_ld(job.x, g->group_in, &job.x_ld);
   job.out_direct = channel_matrix_ld(job.out, g->group_out, &job.out_ld);
-  int64_t items = g->batch * g->groups;
-  int chunks = conv_chunks(g, items, conv_item_cost(g), job.size);
   job.tile_rows = conv_tile_rows(g, job.size);
+  conv_forward_tiles(&job);
+  int64_t items = g->batch * g->groups * job.item_tiles;
+  int chunks = conv_chunks(g, items, conv_item_cost(g) / (double)job.item_tiles, job.size);
   job.col_columns = job.tile_rows * g->out_w;
   oar_status status = conv_scratch(op, &job, chunks, !job.x_direct && g->ck > 0, !job.out_direct, false, false);
   if (status == OAR_SUCCESS) nn_parallel_for(items, chunks, conv_forward_range, &job);
