@@ -19,6 +19,7 @@ import torch.nn.functional as F
 import oar
 from oar.autograd import compile_all
 from test_autograd_ops import CASES
+from torch_compare import torch_gru_cell, torch_lstm_cell
 
 RTOL, ATOL = 1e-7, 1e-9
 
@@ -54,22 +55,6 @@ def _torch_layer_norm_in_ops(x, weight, normalized_ndim, eps):
     centred = x - x.mean(dims, keepdim=True)
     out = centred * torch.rsqrt((centred * centred).mean(dims, keepdim=True) + eps)
     return out if weight is None else out * weight
-
-
-def _torch_lstm_cell(gates, c_prev):
-    """lstm_cell in torch's ops (torch's fused _thnn_fused_lstm_cell runs on CUDA only): [h | c]."""
-    i, f, g, o = gates.chunk(4, 1)
-    c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
-    return torch.cat([torch.sigmoid(o) * torch.tanh(c), c], 1)
-
-
-def _torch_gru_cell(input_gates, hidden_gates, h_prev):
-    """gru_cell in torch's ops (torch's fused _thnn_fused_gru_cell runs on CUDA only)."""
-    xr, xz, xn = input_gates.chunk(3, 1)
-    hr, hz, hn = hidden_gates.chunk(3, 1)
-    r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
-    n = torch.tanh(xn + r * hn)
-    return (1 - z) * n + z * h_prev
 
 
 def _torch_eval_batch_norm_grad(g, x, stats, weight, eps):
@@ -191,8 +176,8 @@ TORCH = {
         lambda t: F.pad(t, pad, mode=mode), torch.zeros(input_shape, dtype=g.dtype), g),
     "index": lambda x, i, dim=0: x[(slice(None),) * dim + tuple(i)],
     "index_put": lambda x, i, v, accumulate=False: x.index_put(tuple(i), v, accumulate),  # cases index from dim 0
-    "lstm_cell": lambda gates, c: _torch_lstm_cell(gates, c),
-    "gru_cell": lambda x, hg, h: _torch_gru_cell(x, hg, h),
+    "lstm_cell": lambda gates, c: torch_lstm_cell(gates, c),
+    "gru_cell": lambda x, hg, h: torch_gru_cell(x, hg, h),
 }
 # dropout: its random mask is oar's own; floor_divide: piecewise constant, its gradient is a zero
 # tensor outside the graph, so there is nothing to differentiate again (checked below)

@@ -12,24 +12,11 @@ import torch
 import oar
 from oar import nn
 from oar import reference
+from torch_compare import torch_gru_cell, torch_lstm_cell
 
 
 def rnd(seed, *shape, scale=1.0):
     return np.random.default_rng(seed).uniform(-scale, scale, size=shape)
-
-
-def torch_lstm_cell(gates, c_prev):
-    i, f, g, o = gates.chunk(4, 1)
-    c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
-    return torch.cat([torch.sigmoid(o) * torch.tanh(c), c], 1)
-
-
-def torch_gru_cell(input_gates, hidden_gates, h_prev):
-    xr, xz, xn = input_gates.chunk(3, 1)
-    hr, hz, hn = hidden_gates.chunk(3, 1)
-    r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
-    n = torch.tanh(xn + r * hn)
-    return (1 - z) * n + z * h_prev
 
 
 CELLS = {

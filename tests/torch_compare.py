@@ -24,3 +24,19 @@ def assert_close(got, want, tol: dict) -> None:
         np.testing.assert_allclose(got, want, **tol, equal_nan=True)
     else:
         np.testing.assert_array_equal(got, want)
+
+
+def torch_lstm_cell(gates, c_prev):
+    """oar's lstm_cell in torch's ops (torch's fused _thnn_fused_lstm_cell runs on CUDA only): [h | c]."""
+    i, f, g, o = gates.chunk(4, 1)
+    c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
+    return torch.cat([torch.sigmoid(o) * torch.tanh(c), c], 1)
+
+
+def torch_gru_cell(input_gates, hidden_gates, h_prev):
+    """oar's gru_cell in torch's ops (torch's fused _thnn_fused_gru_cell runs on CUDA only)."""
+    xr, xz, xn = input_gates.chunk(3, 1)
+    hr, hz, hn = hidden_gates.chunk(3, 1)
+    r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+    n = torch.tanh(xn + r * hn)
+    return (1 - z) * n + z * h_prev
