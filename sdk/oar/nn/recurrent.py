@@ -16,10 +16,6 @@ from oar.nn.parameter import Parameter
 __all__ = ["LSTM", "GRU", "lstm_cell", "gru_cell"]
 
 
-def _columns(t, start: int, stop: int):
-    return oar.slice(t, dim=-1, start=start, stop=stop)
-
-
 def lstm_cell(x_proj, h, c, w_hh, b_hh=None):
     """One LSTM step, torch's gate order (input, forget, cell, output); x_proj = x W_ih^T + b_ih.
     Returns (h, c), views of the lstm_cell op's [h | c]."""
