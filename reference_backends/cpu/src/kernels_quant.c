@@ -26,6 +26,8 @@
 #else
 #define QUANT_HOT
 #endif
+/* The dot products inline into decode_row's clones: one dispatch per weight row, not one per group. */
+#define QUANT_INLINE static inline __attribute__((always_inline))
 
 typedef struct quant_job {
   const float* x;       /* [m, k] contiguous */
@@ -64,14 +66,14 @@ QUANT_HOT static void dequantize_row(const quant_job* job, int64_t r, float* w) 
 }
 
 /* sum_j x[j] * c[j] over n codes (reassociated, so it vectorizes). */
-QUANT_HOT static float dot_int8(const float* restrict x, const int8_t* restrict c, int64_t n) {
+QUANT_INLINE float dot_int8(const float* restrict x, const int8_t* restrict c, int64_t n) {
   float sum = 0.0f;
   for (int64_t j = 0; j < n; j++) sum += x[j] * (float)c[j];
   return sum;
 }
 
 /* sum_j xe[j] * lo(u_j) + xo[j] * hi(u_j), u_j = c[j] + 128 (the codes + 8 of two features). */
-QUANT_HOT static float dot_int4(const float* restrict xe, const float* restrict xo, const uint8_t* restrict c,
+QUANT_INLINE float dot_int4(const float* restrict xe, const float* restrict xo, const uint8_t* restrict c,
                                 int64_t n) {
   float sum = 0.0f;
   for (int64_t j = 0; j < n; j++) {
@@ -82,7 +84,7 @@ QUANT_HOT static float dot_int4(const float* restrict xe, const float* restrict 
 }
 
 /* sum_j x[j] * w[j] over n floats (reassociated, so it vectorizes). */
-QUANT_HOT static float dot_f32(const float* restrict x, const float* restrict w, int64_t n) {
+QUANT_INLINE float dot_f32(const float* restrict x, const float* restrict w, int64_t n) {
   float sum = 0.0f;
   for (int64_t j = 0; j < n; j++) sum += x[j] * w[j];
   return sum;
@@ -90,7 +92,7 @@ QUANT_HOT static float dot_f32(const float* restrict x, const float* restrict w,
 
 /* n code bytes into floats: int8 codes into we; int4 bytes into we (the even feature's code + 8) and
    wo (the odd one's). */
-QUANT_HOT static void unpack_codes(const uint8_t* restrict c, float* restrict we, float* restrict wo, int64_t n,
+QUANT_INLINE void unpack_codes(const uint8_t* restrict c, float* restrict we, float* restrict wo, int64_t n,
                                    int bits) {
   if (bits == 8) {
     for (int64_t j = 0; j < n; j++) we[j] = (float)(int8_t)c[j];
@@ -109,7 +111,7 @@ QUANT_HOT static void unpack_codes(const uint8_t* restrict c, float* restrict we
 /* Decode: out[i, r] = sum over groups of scale * (sum x * code_bits - (zero + offset) * sum x), the
    codes read straight from qweight (no float copy of the weight). One row of x dots the codes fused;
    several rows share each tile of codes unpacked once into floats. */
-static void decode_row(const quant_job* job, int64_t r) {
+QUANT_HOT static void decode_row(const quant_job* job, int64_t r) {
   int64_t k = job->k, g = job->group, groups = k / g, stride = k + groups, m = job->m;
   int64_t row_bytes = job->bits == 8 ? k : k / 2, group_bytes = job->bits == 8 ? g : g / 2;
   const uint8_t* codes = job->codes + r * row_bytes;
