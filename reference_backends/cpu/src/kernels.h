@@ -230,6 +230,9 @@ strided_row_fn typed_rows_pick(const typed_rows* rows, uint8_t* dtype);
    bfloat16 thus compute in float32 and mixed dtypes in the promoted one). */
 void elementwise_run(const kernel_command* cmd, strided_row_fn row, const uint8_t* compute,
                      void* context);
+/* Same, split over the pool from parallel_min elements on (0: the default). */
+void elementwise_run_from(const kernel_command* cmd, strided_row_fn row, const uint8_t* compute,
+                          void* context, int64_t parallel_min);
 
 /* Strided copy between views of one shape and element size. */
 void copy_strided(const tensor_view* dst, const tensor_view* src);
@@ -297,7 +300,7 @@ REFCPU_ALWAYS_INLINE float refcpu_tanhf(float x) {
                   1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
   float large = 1.0f - 2.0f / (refcpu_expf(a + a) + 1.0f);
   large = x < 0 ? -large : large;
-  return a > 0.625f ? large : small;
+  return a > 0.625f ? large : (x == 0.0f ? x : small); /* keeps tanh(-0) = -0 */
 }
 
 /* erfc within 4e-7 relative: Numerical Recipes' erfcc (Chebyshev fit, error
@@ -317,6 +320,7 @@ REFCPU_ALWAYS_INLINE float refcpu_erfcf(float x) {
   double exact = (double)poly - (double)z * (double)z;
   float argument = (float)exact;
   float residual = (float)(exact - (double)argument);
+  residual = argument > -200.0f ? residual : 0.0f; /* e^argument is 0 there; x^2 may round to Inf */
   float r = t * (refcpu_expf(argument) * (1.0f + residual));
   r = x != x ? x : r;
   return x < 0 ? 2.0f - r : r;
