@@ -6,8 +6,8 @@ reference rounded error in float32 ulps) or, for the activations, float64 torch
 (a relative error with a tiny absolute floor). Edge values (+-0, +-Inf, NaN,
 subnormals, domain limits) must match torch's float32 result exactly, sign of zero
 included. Measured maxima on an AVX-512 Xeon, the bound each test allows after them:
-log 0.78 ulp (1), log1p 2.2 (3), expm1 2.4 (3), exp 1.9 (2), sin/cos 0.56 (1),
-tanh (3), erf (3).
+log 0.76 ulp (1), log1p 2.18 (3), expm1 2.37 (3), exp 0.95 (2), sin/cos 0.56 (1),
+tanh 1.24 (2), erf 2.39 (3).
 """
 
 import numpy as np
@@ -59,7 +59,7 @@ def _sweeps(op: str) -> np.ndarray:
 EDGES = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, SUBNORMAL, -SUBNORMAL, 1e-40, -1e-40,
                   1e-20, 88.72, -87.0, -103.9, 1e6, 1048576.0, 1048577.0, 3e38, -3e38], dtype=np.float32)
 
-ULP_BOUNDS = {"log": 1.0, "log1p": 3.0, "expm1": 3.0, "exp": 2.0, "sin": 1.0, "cos": 1.0, "tanh": 3.0,
+ULP_BOUNDS = {"log": 1.0, "log1p": 3.0, "expm1": 3.0, "exp": 2.0, "sin": 1.0, "cos": 1.0, "tanh": 2.0,
               "erf": 3.0}
 NUMPY_REF = {"log": np.log, "log1p": np.log1p, "expm1": np.expm1, "exp": np.exp, "sin": np.sin, "cos": np.cos,
              "tanh": np.tanh}
