@@ -208,6 +208,11 @@ static void adapted_row(char* const* p, const int64_t* s, int64_t n, void* opaqu
 
 void elementwise_run(const kernel_command* cmd, strided_row_fn row, const uint8_t* compute,
                      void* context) {
+  elementwise_run_from(cmd, row, compute, context, 0);
+}
+
+void elementwise_run_from(const kernel_command* cmd, strided_row_fn row, const uint8_t* compute,
+                          void* context, int64_t parallel_min) {
   int num = (int)cmd->num_inputs + 1;
   if (num > STRIDED_MAX_TENSORS) num = STRIDED_MAX_TENSORS; /* the table never has more */
   const tensor_view* views[STRIDED_MAX_TENSORS] = {NULL};
@@ -229,8 +234,10 @@ void elementwise_run(const kernel_command* cmd, strided_row_fn row, const uint8_
   strided_plan plan;
   strided_plan_make(&plan, cmd->outputs[0].ndim, cmd->outputs[0].shape, num, strides, sizes);
   if (strided_plan_numel(&plan) == 0) return;
-  if (convert) strided_for_each_row_parallel(&plan, bases, adapted_row, &a);
-  else strided_for_each_row_parallel(&plan, bases, row, context);
+  strided_row_fn run = convert ? adapted_row : row;
+  void* run_context = convert ? (void*)&a : context;
+  if (parallel_min > 0) strided_for_each_row_parallel_from(&plan, bases, run, run_context, parallel_min);
+  else strided_for_each_row_parallel(&plan, bases, run, run_context);
 }
 
 /* ---- copy ---------------------------------------------------------------- */

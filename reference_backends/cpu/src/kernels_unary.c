@@ -3,6 +3,7 @@
    vectorizes) and instantiated per compute dtype. float16/bfloat16 compute in
    float32 and int8 in int32 through the engine's block conversion. */
 #include "kernels.h"
+#include "vector_math.h"
 
 #include <tgmath.h>
 
@@ -48,22 +49,40 @@
             (void)sizeof(T); (void)sizeof(UT); PRE, IEXPR)                                   \
   static const typed_rows op##_rows = {.f32 = op##_f32, .f64 = op##_f64, .i32 = op##_i32, .i64 = op##_i64};
 
+/* Transcendental rows cost ~1 ns an element: threads pay off from here on
+   (the engine's default threshold suits memory-bound rows). */
+#define COSTLY_PARALLEL_MIN ((int64_t)1 << 15)
+
 /* Runs rows for compute dtype of the output (bool_out: of the input). */
-static oar_status run_unary(const kernel_command* cmd, const typed_rows* rows, bool bool_out,
-                            void* context) {
+static oar_status run_unary_from(const kernel_command* cmd, const typed_rows* rows, bool bool_out,
+                                 void* context, int64_t parallel_min) {
   uint8_t compute = compute_dtype(bool_out ? cmd->inputs[0].dtype : cmd->outputs[0].dtype);
   strided_row_fn row = typed_rows_pick(rows, &compute);
   if (!row)
     return refcpu_fail(OAR_ERROR_INTERNAL, "kernel %s: no row for %s", cmd->op->name,
                        dtype_name(cmd->outputs[0].dtype));
   uint8_t dtypes[2] = {compute, bool_out ? (uint8_t)DTYPE_BOOL : compute};
-  elementwise_run(cmd, row, dtypes, context);
+  elementwise_run_from(cmd, row, dtypes, context, parallel_min);
   return OAR_SUCCESS;
+}
+
+static oar_status run_unary(const kernel_command* cmd, const typed_rows* rows, bool bool_out,
+                            void* context) {
+  return run_unary_from(cmd, rows, bool_out, context, 0);
+}
+
+static oar_status run_costly(const kernel_command* cmd, const typed_rows* rows, void* context) {
+  return run_unary_from(cmd, rows, false, context, COSTLY_PARALLEL_MIN);
 }
 
 #define RUN_UNARY(op, bool_out)                                  \
   oar_status refcpu_run_##op(const kernel_command* cmd) {        \
     return run_unary(cmd, &op##_rows, bool_out, NULL);           \
+  }
+
+#define RUN_COSTLY(op)                                           \
+  oar_status refcpu_run_##op(const kernel_command* cmd) {        \
+    return run_costly(cmd, &op##_rows, NULL);                    \
   }
 
 /* ---- arithmetic --------------------------------------------------------------- */
@@ -82,29 +101,64 @@ RUN_UNARY(relu, false)
 /* ---- float math ------------------------------------------------------------------ */
 
 FLOAT_UNARY(exp, NOTHING, EXP_T(x))
-FLOAT_UNARY(log, NOTHING, log(x))
+/* float32 through the vectorizable vector_math.h functions, float64 libm. */
+#define LOG_T(x) _Generic((x), float: refcpu_logf, default: log)(x)
+#define LOG1P_T(x) _Generic((x), float: refcpu_log1pf, default: log1p)(x)
+#define EXPM1_T(x) _Generic((x), float: refcpu_expm1f, default: expm1)(x)
+FLOAT_UNARY(log, NOTHING, LOG_T(x))
 FLOAT_UNARY(sqrt, NOTHING, sqrt(x))
 FLOAT_UNARY(rsqrt, NOTHING, (T)1 / sqrt(x))
 FLOAT_UNARY(reciprocal, NOTHING, (T)1 / x)
-FLOAT_UNARY(sin, NOTHING, sin(x))
-FLOAT_UNARY(cos, NOTHING, cos(x))
+
+/* float32 sin/cos: blocks whose arguments are all within REFCPU_TRIG_LIMIT
+   take the vectorized reduction, others (huge, Inf, NaN) libm per element. */
+#define TRIG_BLOCK 256
+#define TRIG_ROW_F32(name, FAST, SLOW)                                                       \
+  REFCPU_VECTOR_CLONES static void name(char* const* p, const int64_t* s, int64_t n, void* context) { \
+    (void)context;                                                                           \
+    if (s[0] != (int64_t)sizeof(float) || s[1] != (int64_t)sizeof(float)) {                  \
+      for (int64_t i = 0; i < n; i++) {                                                      \
+        float x = *(const float*)(p[0] + i * s[0]);                                          \
+        *(float*)(p[1] + i * s[1]) = fabsf(x) <= REFCPU_TRIG_LIMIT ? FAST(x) : SLOW(x);      \
+      }                                                                                      \
+      return;                                                                                \
+    }                                                                                        \
+    const float* in = (const float*)p[0];                                                    \
+    float* out = (float*)p[1];                                                               \
+    for (int64_t start = 0; start < n; start += TRIG_BLOCK) {                                \
+      int64_t count = n - start < TRIG_BLOCK ? n - start : TRIG_BLOCK;                       \
+      int outside = 0;                                                                       \
+      for (int64_t i = 0; i < count; i++) outside |= !(fabsf(in[start + i]) <= REFCPU_TRIG_LIMIT); \
+      if (outside) {                                                                         \
+        for (int64_t i = 0; i < count; i++) out[start + i] = SLOW(in[start + i]);            \
+      } else {                                                                               \
+        for (int64_t i = 0; i < count; i++) out[start + i] = FAST(in[start + i]);            \
+      }                                                                                      \
+    }                                                                                        \
+  }
+TRIG_ROW_F32(sin_f32, refcpu_sinf_reduced, sinf)
+TRIG_ROW_F32(cos_f32, refcpu_cosf_reduced, cosf)
+UNARY_ROW(sin_f64, double, double, NOTHING, sin(x))
+UNARY_ROW(cos_f64, double, double, NOTHING, cos(x))
+static const typed_rows sin_rows = {.f32 = sin_f32, .f64 = sin_f64};
+static const typed_rows cos_rows = {.f32 = cos_f32, .f64 = cos_f64};
 #define TANH_T(x) _Generic((x), float: refcpu_tanhf, default: tanh)(x)
 FLOAT_UNARY(tanh, NOTHING, TANH_T(x))
 FLOAT_UNARY(sigmoid, NOTHING, (T)1 / ((T)1 + EXP_T(-x)))
 FLOAT_UNARY(silu, NOTHING, x / ((T)1 + EXP_T(-x)))
 #define ERF_T(x) _Generic((x), float: refcpu_erff, default: erf)(x)
 FLOAT_UNARY(erf, NOTHING, ERF_T(x))
-RUN_UNARY(exp, false)
-RUN_UNARY(log, false)
+RUN_COSTLY(exp)
+RUN_COSTLY(log)
 RUN_UNARY(sqrt, false)
 RUN_UNARY(rsqrt, false)
 RUN_UNARY(reciprocal, false)
-RUN_UNARY(sin, false)
-RUN_UNARY(cos, false)
-RUN_UNARY(tanh, false)
-RUN_UNARY(sigmoid, false)
-RUN_UNARY(silu, false)
-RUN_UNARY(erf, false)
+RUN_COSTLY(sin)
+RUN_COSTLY(cos)
+RUN_COSTLY(tanh)
+RUN_COSTLY(sigmoid)
+RUN_COSTLY(silu)
+RUN_COSTLY(erf)
 
 /* gelu: x * Phi(x) with erf, or the tanh form 0.5 x (1 + tanh(u)) written as
    x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), which has no cancellation. */
@@ -133,7 +187,7 @@ oar_status refcpu_check_gelu(kernel_command* cmd) {
 oar_status refcpu_run_gelu(const kernel_command* cmd) {
   bool tanh_form = false;
   REFCPU_TRY(gelu_form("gelu", attr_string(cmd, ATTR_gelu_approximate), &tanh_form));
-  return run_unary(cmd, tanh_form ? &gelu_tanh_rows : &gelu_erf_rows, false, NULL);
+  return run_costly(cmd, tanh_form ? &gelu_tanh_rows : &gelu_erf_rows, NULL);
 }
 
 /* ---- predicates -> bool ----------------------------------------------------------- */
@@ -203,26 +257,31 @@ typedef struct activation_params {
   double p[2];
 } activation_params;
 
-#define PARAM(k) ((T)((const activation_params*)context)->p[k])
-#define SOFTPLUS_T(x) (log1p(EXP_T(x)))
+/* The params as locals p0, p1 of the row: read through context inside the
+   loop they may alias the output, which kept gcc from vectorizing. */
+#define PARAMS                                                   \
+  const T p0 = (T)((const activation_params*)context)->p[0];     \
+  const T p1 = (T)((const activation_params*)context)->p[1];     \
+  (void)p1
+#define SOFTPLUS_T(x) (LOG1P_T(EXP_T(x)))
 
 /* NaN stays NaN: the comparisons are false for NaN, so x passes through. */
-FLOAT_UNARY(hardtanh, NOTHING, x < PARAM(0) ? PARAM(0) : (x > PARAM(1) ? PARAM(1) : x))
+FLOAT_UNARY(hardtanh, PARAMS, x < p0 ? p0 : (x > p1 ? p1 : x))
 FLOAT_UNARY(hardswish, NOTHING, x * (x < (T)-3 ? (T)0 : (x > (T)3 ? (T)6 : x + (T)3)) / (T)6)
 FLOAT_UNARY(hardsigmoid, NOTHING, (x < (T)-3 ? (T)0 : (x > (T)3 ? (T)6 : x + (T)3)) / (T)6)
-FLOAT_UNARY(leaky_relu, NOTHING, x > 0 ? x : x * PARAM(0))
-FLOAT_UNARY(elu, NOTHING, x > 0 ? x : PARAM(0) * expm1(x))
+FLOAT_UNARY(leaky_relu, PARAMS, x > 0 ? x : x * p0)
+FLOAT_UNARY(elu, PARAMS, x > 0 ? x : p0 * EXPM1_T(x))
 /* log(1 + e^(beta x)) / beta; x itself past the threshold (torch's linear region). */
-FLOAT_UNARY(softplus, NOTHING, x * PARAM(0) > PARAM(1) ? x : SOFTPLUS_T(x * PARAM(0)) / PARAM(0))
+FLOAT_UNARY(softplus, PARAMS, x * p0 > p1 ? x : SOFTPLUS_T(x * p0) / p0)
 /* softplus(x) = x + log1p(e^-x) for x > 0 keeps e^x from overflowing. */
-FLOAT_UNARY(mish, NOTHING, x * tanh(x > 0 ? x + log1p(EXP_T(-x)) : SOFTPLUS_T(x)))
-FLOAT_UNARY(log1p, NOTHING, log1p(x))
-FLOAT_UNARY(expm1, NOTHING, expm1(x))
+FLOAT_UNARY(mish, NOTHING, x * TANH_T(x > 0 ? x + LOG1P_T(EXP_T(-x)) : SOFTPLUS_T(x)))
+FLOAT_UNARY(log1p, NOTHING, LOG1P_T(x))
+FLOAT_UNARY(expm1, NOTHING, EXPM1_T(x))
 RUN_UNARY(hardswish, false)
 RUN_UNARY(hardsigmoid, false)
-RUN_UNARY(mish, false)
-RUN_UNARY(log1p, false)
-RUN_UNARY(expm1, false)
+RUN_COSTLY(mish)
+RUN_COSTLY(log1p)
+RUN_COSTLY(expm1)
 
 oar_status refcpu_run_hardtanh(const kernel_command* cmd) {
   activation_params params = {{attr_float(cmd, ATTR_hardtanh_min_val), attr_float(cmd, ATTR_hardtanh_max_val)}};
@@ -236,7 +295,7 @@ oar_status refcpu_run_leaky_relu(const kernel_command* cmd) {
 
 oar_status refcpu_run_elu(const kernel_command* cmd) {
   activation_params params = {{attr_float(cmd, ATTR_elu_alpha), 0.0}};
-  return run_unary(cmd, &elu_rows, false, &params);
+  return run_costly(cmd, &elu_rows, &params);
 }
 
 oar_status refcpu_check_softplus(kernel_command* cmd) {
@@ -247,5 +306,5 @@ oar_status refcpu_check_softplus(kernel_command* cmd) {
 
 oar_status refcpu_run_softplus(const kernel_command* cmd) {
   activation_params params = {{attr_float(cmd, ATTR_softplus_beta), attr_float(cmd, ATTR_softplus_threshold)}};
-  return run_unary(cmd, &softplus_rows, false, &params);
+  return run_costly(cmd, &softplus_rows, &params);
 }

@@ -90,9 +90,14 @@ static void run_chunk(const oar_refcpu_work_item* item, void* const* args) {
 
 void strided_for_each_row_parallel(const strided_plan* plan, char* const* bases,
                                    strided_row_fn row, void* context) {
+  strided_for_each_row_parallel_from(plan, bases, row, context, PARALLEL_MIN_ELEMENTS);
+}
+
+void strided_for_each_row_parallel_from(const strided_plan* plan, char* const* bases,
+                                        strided_row_fn row, void* context, int64_t min_elements) {
   int64_t total = strided_plan_numel(plan);
   int64_t chunks = (int64_t)g_refcpu.config.threads * 4;
-  if (total < PARALLEL_MIN_ELEMENTS || g_refcpu.config.threads < 2 || plan->shape[0] < 2) {
+  if (total < min_elements || g_refcpu.config.threads < 2 || plan->shape[0] < 2) {
     strided_for_each_row(plan, bases, row, context);
     return;
   }

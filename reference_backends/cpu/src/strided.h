@@ -33,6 +33,9 @@ void strided_for_each_row(const strided_plan* plan, char* const* bases,
    pool; row must only write what its own pointers reach. */
 void strided_for_each_row_parallel(const strided_plan* plan, char* const* bases,
                                    strided_row_fn row, void* context);
+/* Same, split from min_elements on (costly rows gain from threads sooner). */
+void strided_for_each_row_parallel_from(const strided_plan* plan, char* const* bases,
+                                        strided_row_fn row, void* context, int64_t min_elements);
 
 int64_t shape_numel(int ndim, const int64_t* shape);
 

@@ -1,5 +1,8 @@
 /* A small pool that runs the grid points of a module launch in parallel. One
-   grid at a time: a stream that finds the pool busy runs its grid inline. */
+   grid at a time: a stream that finds the pool busy runs its grid inline.
+   The launcher waits only for helpers that joined the grid: one that wakes
+   after the launcher took every point finds no job, so a late wake-up (a
+   loaded machine) never delays a launch. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -22,7 +25,7 @@ static struct {
   int32_t helper_count;
   grid_job* job;
   uint64_t generation; /* bumped per job so helpers see each one once */
-  int32_t helpers_busy;
+  int32_t helpers_busy; /* helpers that joined the current job and still run it */
   bool stopping;
   _Atomic bool busy;   /* a grid owns the pool */
 } pool;
@@ -57,6 +60,8 @@ static void* helper_main(void* unused) {
     if (pool.stopping) break;
     seen = pool.generation;
     grid_job* job = pool.job;
+    if (!job) continue; /* the launcher already finished it */
+    pool.helpers_busy++;
     pthread_mutex_unlock(&pool.lock);
     run_points(job);
     pthread_mutex_lock(&pool.lock);
@@ -73,6 +78,8 @@ oar_status thread_pool_open(int32_t threads) {
   pool.stopping = false;
   pool.generation = 0;
   pool.helper_count = 0;
+  pool.helpers_busy = 0;
+  pool.job = NULL;
   atomic_store(&pool.busy, false);
   /* The launching worker takes part, so threads - 1 helpers. */
   int32_t wanted = threads > 1 ? threads - 1 : 0;
@@ -122,13 +129,12 @@ void thread_pool_run_grid(oar_refcpu_function function, const uint32_t grid[3],
   pthread_mutex_lock(&pool.lock);
   pool.job = &job;
   pool.generation++;
-  pool.helpers_busy = pool.helper_count;
   pthread_cond_broadcast(&pool.job_posted);
   pthread_mutex_unlock(&pool.lock);
   run_points(&job);
   pthread_mutex_lock(&pool.lock);
+  pool.job = NULL; /* helpers not yet awake skip it; those that joined are waited for */
   while (pool.helpers_busy > 0) pthread_cond_wait(&pool.job_finished, &pool.lock);
-  pool.job = NULL;
   pthread_mutex_unlock(&pool.lock);
   atomic_store(&pool.busy, false);
 }

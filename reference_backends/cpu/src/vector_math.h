@@ -1,0 +1,116 @@
+/* float32 log, log1p, expm1, sin and cos written as branch-free selects that
+   gcc vectorizes inside REFCPU_VECTOR_CLONES rows (libm's are scalar calls).
+   Errors vs float64 are checked by tests/test_kernel_accuracy.py. */
+#ifndef OAR_REFCPU_VECTOR_MATH_H_
+#define OAR_REFCPU_VECTOR_MATH_H_
+
+#include "kernels.h"
+
+/* ln x within 1 ulp (Cephes' logf): x = m 2^e with m in [sqrt(1/2), sqrt 2),
+   ln m by a polynomial in m - 1; subnormals scaled by 2^23 first; 0 -> -Inf,
+   x < 0 -> NaN, +Inf and NaN pass through. */
+REFCPU_ALWAYS_INLINE float refcpu_logf(float x) {
+  bool tiny = x < 1.17549435e-38f;
+  float scaled = tiny ? x * 8388608.0f : x;
+  uint32_t bits;
+  memcpy(&bits, &scaled, sizeof bits);
+  int32_t e = (int32_t)((bits >> 23) & 0xffu) - 126 - (tiny ? 23 : 0);
+  uint32_t mantissa_bits = (bits & 0x007fffffu) | 0x3f000000u; /* m in [0.5, 1) */
+  float m;
+  memcpy(&m, &mantissa_bits, sizeof m);
+  bool low = m < 0.707106781186547524f;
+  e = low ? e - 1 : e;
+  float f = low ? m + m - 1.0f : m - 1.0f;
+  float z = f * f;
+  float y = 7.0376836292e-2f;
+  y = y * f - 1.1514610310e-1f;
+  y = y * f + 1.1676998740e-1f;
+  y = y * f - 1.2420140846e-1f;
+  y = y * f + 1.4249322787e-1f;
+  y = y * f - 1.6668057665e-1f;
+  y = y * f + 2.0000714765e-1f;
+  y = y * f - 2.4999993993e-1f;
+  y = y * f + 3.3333331174e-1f;
+  y = y * f * z;
+  float fe = (float)e;
+  y = y - 2.12194440e-4f * fe;
+  y = y - 0.5f * z;
+  float r = f + y;
+  r = r + 0.693359375f * fe;
+  r = x == 0.0f ? -__builtin_inff() : r;
+  r = x < 0.0f ? __builtin_nanf("") : r;
+  r = x == __builtin_inff() ? x : r;
+  return x != x ? x : r;
+}
+
+/* ln(1 + x) (Goldberg): log(u) * x / (u - 1) with u = 1 + x rounded, which
+   cancels u's rounding error; x itself where u == 1 (keeps -0). */
+REFCPU_ALWAYS_INLINE float refcpu_log1pf(float x) {
+  float u = 1.0f + x;
+  float r = refcpu_logf(u) * (x / (u - 1.0f));
+  r = u == 1.0f ? x : r;
+  return x == __builtin_inff() ? x : r;
+}
+
+/* e^x - 1 (Kahan): (u - 1) x / ln u with u = e^x rounded; x where u == 1
+   (keeps -0), -1 where u - 1 rounds to -1, +Inf on overflow. */
+REFCPU_ALWAYS_INLINE float refcpu_expm1f(float x) {
+  float u = refcpu_expf(x);
+  float um1 = u - 1.0f;
+  float r = um1 * (x / refcpu_logf(u));
+  r = um1 == -1.0f ? -1.0f : r;
+  r = u == 1.0f ? x : r;
+  return u == __builtin_inff() ? u : r;
+}
+
+/* sin/cos reduce x by pi/2 in float64 (fdlibm's 33-bit pio2_1 + pio2_1t: exact
+   products for |x| < REFCPU_TRIG_LIMIT) and evaluate FreeBSD's float kernels
+   __kernel_sindf/__kernel_cosdf (float64, |r| <= pi/4): under 1 ulp. Larger,
+   Inf and NaN arguments are the caller's (libm). */
+#define REFCPU_TRIG_LIMIT 1048576.0f
+
+/* The reduced argument r and the quadrant q (x = q pi/2 + r). */
+REFCPU_ALWAYS_INLINE double refcpu_trig_reduce(float x, int32_t* quadrant) {
+  const double shifter = 6755399441055744.0; /* 1.5 * 2^52: rounds to an integer */
+  double xd = (double)x;
+  double t = xd * 6.36619772367581382433e-01 + shifter;
+  double j = t - shifter;
+  int64_t bits;
+  memcpy(&bits, &t, sizeof bits);
+  *quadrant = (int32_t)(bits & 3);
+  return (xd - j * 1.57079632673412561417e+00) - j * 6.07710050650619224932e-11;
+}
+
+REFCPU_ALWAYS_INLINE double refcpu_sin_kernel(double r) {
+  double z = r * r, w = z * z;
+  double poly = -0.000198393348360966317347 + z * 0.0000027183114939898219064;
+  double s = z * r;
+  return (r + s * (-0.166666666416265235595 + z * 0.0083333293858894631756)) + s * w * poly;
+}
+
+REFCPU_ALWAYS_INLINE double refcpu_cos_kernel(double r) {
+  double z = r * r, w = z * z;
+  double poly = -0.00138867637746099294692 + z * 0.0000243904487962774090654;
+  return ((1.0 + z * -0.499999997251031003120) + w * 0.0416666233237390631894) + (w * z) * poly;
+}
+
+/* sin x for |x| <= REFCPU_TRIG_LIMIT; sin(+-0) = +-0. */
+REFCPU_ALWAYS_INLINE float refcpu_sinf_reduced(float x) {
+  int32_t q;
+  double r = refcpu_trig_reduce(x, &q);
+  double s = refcpu_sin_kernel(r), c = refcpu_cos_kernel(r);
+  double v = (q & 1) ? c : s;
+  v = (q & 2) ? -v : v;
+  return x == 0.0f ? x : (float)v;
+}
+
+/* cos x for |x| <= REFCPU_TRIG_LIMIT. */
+REFCPU_ALWAYS_INLINE float refcpu_cosf_reduced(float x) {
+  int32_t q;
+  double r = refcpu_trig_reduce(x, &q);
+  double s = refcpu_sin_kernel(r), c = refcpu_cos_kernel(r);
+  double v = (q & 1) ? s : c;
+  return (float)(((q + 1) & 2) ? -v : v);
+}
+
+#endif /* OAR_REFCPU_VECTOR_MATH_H_ */
