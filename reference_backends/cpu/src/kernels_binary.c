@@ -75,8 +75,12 @@
 
 /* Compute dtype: the output's for arithmetic, the promoted inputs' for
    predicates (bool out). */
-static oar_status run_binary(const kernel_command* cmd, const typed_rows* rows, bool bool_out,
-                             void* context) {
+/* Ops costing tens of cycles per element (pow, gelu_backward) split over threads from this many
+   elements, not the cheap ops' 2^18 (as kernels_unary.c's costly ops). */
+#define COSTLY_PARALLEL_MIN ((int64_t)1 << 15)
+
+static oar_status run_binary_from(const kernel_command* cmd, const typed_rows* rows, bool bool_out,
+                                  void* context, int64_t parallel_min) {
   uint8_t compute = compute_dtype(bool_out ? dtype_promote(cmd->inputs[0].dtype, cmd->inputs[1].dtype)
                                            : cmd->outputs[0].dtype);
   strided_row_fn row = typed_rows_pick(rows, &compute);
@@ -84,8 +88,12 @@ static oar_status run_binary(const kernel_command* cmd, const typed_rows* rows, 
     return refcpu_fail(OAR_ERROR_INTERNAL, "kernel %s: no row for %s", cmd->op->name,
                        dtype_name(compute));
   uint8_t dtypes[3] = {compute, compute, bool_out ? (uint8_t)DTYPE_BOOL : compute};
-  elementwise_run(cmd, row, dtypes, context);
+  elementwise_run_from(cmd, row, dtypes, context, parallel_min);
   return OAR_SUCCESS;
+}
+
+static oar_status run_binary(const kernel_command* cmd, const typed_rows* rows, bool bool_out, void* context) {
+  return run_binary_from(cmd, rows, bool_out, context, 0);
 }
 
 #define RUN_BINARY(op, bool_out)                                 \
@@ -126,7 +134,7 @@ oar_status refcpu_run_pow(const kernel_command* cmd) {
   double exponent;
   if (broadcast_scalar(&cmd->inputs[1], &exponent) && exponent == 2.0)
     return run_binary(cmd, &square_rows, false, NULL); /* x*x is pow(x, 2) correctly rounded */
-  return run_binary(cmd, &pow_rows, false, NULL);
+  return run_binary_from(cmd, &pow_rows, false, NULL, COSTLY_PARALLEL_MIN);
 }
 
 /* ---- comparisons and logic -> bool ----------------------------------------------------- */
@@ -210,7 +218,8 @@ oar_status refcpu_check_gelu_backward(kernel_command* cmd) {
 oar_status refcpu_run_gelu_backward(const kernel_command* cmd) {
   bool tanh_form = false;
   REFCPU_TRY(gelu_backward_form(cmd, &tanh_form));
-  return run_binary(cmd, tanh_form ? &gelu_backward_tanh_rows : &gelu_backward_erf_rows, false, NULL);
+  return run_binary_from(cmd, tanh_form ? &gelu_backward_tanh_rows : &gelu_backward_erf_rows, false, NULL,
+                         COSTLY_PARALLEL_MIN);
 }
 
 /* ---- floor_divide / remainder (Python's // and %) ---------------------------------------- */
