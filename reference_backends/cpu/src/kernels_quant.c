@@ -109,7 +109,7 @@ QUANT_HOT static void unpack_codes(const uint8_t* restrict c, float* restrict we
 /* Decode: out[i, r] = sum over groups of scale * (sum x * code_bits - (zero + offset) * sum x), the
    codes read straight from qweight (no float copy of the weight). One row of x dots the codes fused;
    several rows share each tile of codes unpacked once into floats. */
-static void decode_row(const quant_job* job, int64_t r) {
+QUANT_HOT static void decode_row(const quant_job* job, int64_t r) {
   int64_t k = job->k, g = job->group, groups = k / g, stride = k + groups, m = job->m;
   int64_t row_bytes = job->bits == 8 ? k : k / 2, group_bytes = job->bits == 8 ? g : g / 2;
   const uint8_t* codes = job->codes + r * row_bytes;
