@@ -118,8 +118,13 @@ def decode_speed(model, hf, prompts: np.ndarray, new: int, repeats: int) -> tupl
 def int4_vs_float32(model, int4, prompt: np.ndarray, new: int, repeats: int, label: str) -> None:
     ours = lambda m: discard(lambda: m.generate(prompt, new))  # noqa: E731
     ours(model)(), ours(int4)()  # warm
-    t32, t4 = interleaved_medians(ours(model), ours(int4), repeats)
+    t32, t4 = interleaved_medians(ours(model), ours(int4), max(repeats, 5))
     report(f"decode tok/s batch 1, int4 weights{label}", new / t4, "float32", new / t32, "tok/s", True, 1.5)
+    # whether the target is physical: a step bound by weight bytes gains ~8x at int4, one bound by launches none
+    for name, m, seconds in (("float32", model, t32), ("int4", int4, t4)):
+        nbytes = linear_weight_bytes(m)
+        print(f"  {name:<8} {1e3 * seconds / new:7.3f} ms/token, Linear weights {nbytes / 1e6:7.2f} MB/token "
+              f"-> {nbytes * new / seconds / 1e9:5.2f} GB/s (the whole step, prefill included)")
 
 
 def gpt2_decode(dev, prompts8: np.ndarray, new: int, repeats: int, with_hf: bool) -> None:
