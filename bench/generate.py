@@ -121,11 +121,16 @@ def int4_vs_float32(model, int4, prompt: np.ndarray, new: int, repeats: int, lab
     full = lambda m: discard(lambda: m.generate(prompt, new))  # noqa: E731
     prefill = lambda m: discard(lambda: m.generate(prompt, 1))  # noqa: E731
     full(model)(), full(int4)()  # warm
-    t32, t4 = interleaved_medians(full(model), full(int4), repeats)
-    p32, p4 = interleaved_medians(prefill(model), prefill(int4), repeats)
+    t32, t4 = interleaved_medians(full(model), full(int4), max(repeats, 5))
+    p32, p4 = interleaved_medians(prefill(model), prefill(int4), max(repeats, 5))
     steps = new - 1
     report(f"decode tok/s batch 1, int4 weights{label}", steps / (t4 - p4), "float32", steps / (t32 - p32), "tok/s",
            True, 1.5)
+    # whether the target is physical: a step bound by weight bytes gains ~8x at int4, one bound by launches none
+    for name, m, seconds in (("float32", model, t32 - p32), ("int4", int4, t4 - p4)):
+        nbytes = linear_weight_bytes(m)
+        print(f"  {name:<8} {1e3 * seconds / steps:7.3f} ms/token, Linear weights {nbytes / 1e6:7.2f} MB/token "
+              f"-> {nbytes * steps / seconds / 1e9:5.2f} GB/s (decode steps only)")
 
 
 def gpt2_decode(dev, prompts8: np.ndarray, new: int, repeats: int, with_hf: bool) -> None:

@@ -226,3 +226,47 @@ def test_quantized_linear_on_a_plugin_without_the_op_dequantizes_with_elementwis
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
         print("OK")
     """, tmp_path)
+
+
+def _plugin_blas():
+    """The scipy-openblas32 library the CPU plugin links (one copy per process), through ctypes."""
+    import ctypes
+    import os
+
+    scipy_openblas32 = pytest.importorskip("scipy_openblas32")
+    return ctypes.CDLL(os.path.join(scipy_openblas32.get_lib_dir(), "libscipy_openblas.so"))
+
+
+@pytest.mark.parametrize("op", ["weight_only_linear", "matmul_small", "matmul_large", "conv2d"])
+def test_every_blas_user_sets_one_thread_per_call(dev, op):
+    # OpenBLAS's thread count is process-wide: a count left raised (by a threaded gemm, or anyone)
+    # must not leak into the next quantized or float32 BLAS call, and no call may leave it raised.
+    import oar
+
+    blas = _plugin_blas()
+    rng = np.random.default_rng(0)
+    oar.matmul(oar.ones([4, 4], device=dev), oar.ones([4, 4], device=dev)).numpy()  # the plugin's first BLAS use
+    blas.scipy_openblas_set_num_threads(2)
+    if op == "weight_only_linear":
+        from oar.quantization import QuantScheme, dequantize_array, quantize_array
+        from oar.quantization.weights import pack_int4
+
+        w = rng.standard_normal((256, 512)).astype(np.float32)
+        x = rng.standard_normal((40, 512)).astype(np.float32)  # 40 rows: the kernel's BLAS path
+        codes, scales, zeros = quantize_array(w, QuantScheme(bits=4, group_size=64, symmetric=True))
+        got = oar.weight_only_linear(*(oar.tensor(a, device=dev) for a in (x, pack_int4(codes), scales, zeros)),
+                                     bits=4, group_size=64).numpy()
+        want = x @ dequantize_array(codes, scales, zeros, 64).T
+    elif op == "conv2d":
+        x = rng.standard_normal((2, 8, 12, 12)).astype(np.float32)
+        w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+        got = oar.conv2d(oar.tensor(x, device=dev), oar.tensor(w, device=dev)).numpy()
+        torch = pytest.importorskip("torch")
+        want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w)).numpy()
+    else:
+        size = 64 if op == "matmul_small" else 512  # 512 in every dim: one BLAS call on all threads
+        a, b = (rng.standard_normal((size, size)).astype(np.float32) for _ in range(2))
+        got = oar.matmul(oar.tensor(a, device=dev), oar.tensor(b, device=dev)).numpy()
+        want = a @ b
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    assert blas.scipy_openblas_get_num_threads() == 1

@@ -144,9 +144,6 @@ static void block_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   }
 }
 
-/* The BLAS runs one thread per call by default: the plugin's pool splits many
-   small gemms into blocks it claims dynamically. */
-static void blas_one_thread(void) { scipy_openblas_set_num_threads(1); }
 
 /* A gemm with m, n and k all at least this runs as one BLAS call on all
    threads: row blocks of it would each re-pack B (0.43x numpy at 1024^3 on an
@@ -155,8 +152,19 @@ static void blas_one_thread(void) { scipy_openblas_set_num_threads(1); }
    at 3-5. */
 #define THREADED_GEMM_MIN_DIM 512
 
-/* OpenBLAS's thread count is process-wide: one threaded call at a time. */
+/* OpenBLAS's thread count is process-wide: one threaded call at a time, and
+   no one resets the count while it runs. */
 static pthread_mutex_t threaded_gemm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The BLAS runs one thread per call by default: the plugin's pool splits the
+   work. Every BLAS user (matmul, conv, weight_only_linear) calls this before
+   its BLAS calls; only run_threaded_gemms raises the count, and restores it. */
+void refcpu_blas_one_thread(void) {
+  if (scipy_openblas_get_num_threads() == 1) return; /* the common case: no lock */
+  pthread_mutex_lock(&threaded_gemm_lock);
+  scipy_openblas_set_num_threads(1);
+  pthread_mutex_unlock(&threaded_gemm_lock);
+}
 
 /* Runs the gemms of mm one after another, each one BLAS call on all threads. */
 static void run_threaded_gemms(const matmul_plan* mm, int threads) {
@@ -254,8 +262,7 @@ static oar_status run_matmul_common(const kernel_command* cmd, const char* op) {
   mm.out_column_major = mm.out.direct && mm.out.transposed;
   mm.batches = shape_numel(mm.batch_ndim, mm.batch_shape);
 
-  static pthread_once_t blas_threads_once = PTHREAD_ONCE_INIT;
-  pthread_once(&blas_threads_once, blas_one_thread);
+  refcpu_blas_one_thread();
   int threads = g_refcpu.config.threads;
   if (wants_threaded_gemm(&mm, threads)) {
     mm.row_blocks = mm.col_blocks = 1;

@@ -764,13 +764,6 @@ static bool channel_matrix_ld(const tensor_view* v, int64_t channels, int64_t* l
   return *ld >= h * w && *ld <= INT32_MAX;
 }
 
-/* The BLAS runs one thread per call; the pool splits the work (see kernels_matmul.c). */
-static void conv_blas_threads(void) { scipy_openblas_set_num_threads(1); }
-static void conv_blas_one_thread(void) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, conv_blas_threads);
-}
-
 static void conv_gemm(bool f64, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                       const void* a, int64_t lda, const void* b, int64_t ldb, double beta, void* c,
                       int64_t ldc) {
@@ -986,7 +979,7 @@ oar_status refcpu_run_conv2d(const kernel_command* cmd) {
                   .bias = cmd->num_inputs > 2 ? &cmd->inputs[2] : NULL};
   REFCPU_TRY(conv_geometry_of(cmd, op, conv2d_attrs, job.x->shape, cmd->inputs[1].shape, &job.g));
   if (view_numel(job.out) == 0) return OAR_SUCCESS;
-  conv_blas_one_thread();
+  refcpu_blas_one_thread();
   const conv_geometry* g = &job.g;
   job.f64 = job.out->dtype == DTYPE_F64;
   job.size = job.out->elem_size;
@@ -1088,7 +1081,7 @@ oar_status refcpu_run_conv2d_backward_input(const kernel_command* cmd) {
     nn_zero_view(job.out); /* nothing flows back */
     return OAR_SUCCESS;
   }
-  conv_blas_one_thread();
+  refcpu_blas_one_thread();
   job.f64 = job.out->dtype == DTYPE_F64;
   job.size = job.out->elem_size;
   char* owned_weight = NULL;
@@ -1183,7 +1176,7 @@ oar_status refcpu_run_conv2d_backward_weight(const kernel_command* cmd) {
     nn_zero_view(out); /* an empty sum */
     return OAR_SUCCESS;
   }
-  conv_blas_one_thread();
+  refcpu_blas_one_thread();
   job.f64 = out->dtype == DTYPE_F64;
   job.size = out->elem_size;
   int64_t stride = 1;

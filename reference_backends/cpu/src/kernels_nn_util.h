@@ -13,6 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Sets the BLAS to one thread per call (kernels_matmul.c): call before any BLAS
+   call; OpenBLAS's thread count is process-wide and a threaded gemm raises it. */
+void refcpu_blas_one_thread(void);
+
 /* Runs items [begin, end) of chunk number chunk (0 <= chunk < chunks). */
 typedef void (*nn_range_fn)(void* context, int64_t begin, int64_t end, int chunk);
 

@@ -188,8 +188,6 @@ oar_status refcpu_check_weight_only_linear(kernel_command* cmd) {
   return OAR_SUCCESS;
 }
 
-static void blas_one_thread(void) { scipy_openblas_set_num_threads(1); }
-
 /* The data of input i, packed into a fresh buffer (*owned) when the view is strided. */
 static const void* packed_input(const kernel_command* cmd, int i, void** owned) {
   const tensor_view* v = &cmd->inputs[i];
@@ -228,8 +226,7 @@ static oar_status run_packed(const kernel_command* cmd, const void* const* data)
     for (int64_t i = 0; i < job.m * job.n; i++) job.out[i] = 0.0f;
     return OAR_SUCCESS;
   }
-  static pthread_once_t blas_threads_once = PTHREAD_ONCE_INIT;
-  pthread_once(&blas_threads_once, blas_one_thread);
+  refcpu_blas_one_thread();
   int64_t blocks = (job.n + QUANT_BLOCK_ROWS - 1) / QUANT_BLOCK_ROWS;
   /* Waking the pool costs tens of microseconds: a decode step's small layers run inline. */
   double work = (double)job.m * (double)job.k * (double)job.n;
