@@ -116,7 +116,7 @@ def _out_kernel(mapping: Mapping, op: Any, functional: Any, out_names: list[str]
 def _out_overload(base: str, overload: str) -> tuple[Any, list[str]] | None:
     """torch's out= overload of base.overload ("out" or "<overload>_out") and its out argument names."""
     packet = getattr(torch.ops.aten, base)
-    for name in (("out",) if overload == "default" else (f"{overload}_out",)):
+    for name in (("out", "grad_input") if overload == "default" else (f"{overload}_out",)):
         candidate = getattr(packet, name, None)
         if candidate is None:
             continue
