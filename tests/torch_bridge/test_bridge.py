@@ -97,6 +97,11 @@ def test_unmapped_op_falls_back_counted_and_warned_once(npu, monkeypatch):
     torch.testing.assert_close(got.cpu(), torch.cumsum(torch.arange(6, dtype=torch.float32), 0))
     calls = {op: n for op, n in oar.torch.fallback_stats().items() if op.startswith("cumsum.")}
     assert sum(calls.values()) == 2, calls  # cumsum.out: torch's composite cumsum calls its out= form
+    # one counter: oar.fallback holds it under the layer "torch", apart from Oar ops run on the host
+    assert oar.fallback.fallback_stats(layer="torch") == oar.torch.fallback_stats()
+    assert not any(op.startswith("cumsum.") for op in oar.fallback.fallback_stats())
+    oar.fallback.reset_fallback_stats(layer="torch")
+    assert oar.torch.fallback_stats() == {}
 
 
 def test_fallback_off_raises_naming_op_and_device(npu, monkeypatch):
