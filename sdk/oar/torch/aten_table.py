@@ -154,6 +154,11 @@ def _convolution_backward(grad: Any, x: Any, weight: Any, stride: Any, padding: 
             ops.sum(grad, dim=[0, 2, 3]) if output_mask[2] else None)
 
 
+def _convolution_backward_with_bias_sizes(grad: Any, x: Any, weight: Any, bias_sizes: Any, *args: Any) -> tuple:
+    # the overload AOT autograd traces (eager torch calls the _overrideable one): bias_sizes is implied
+    return _convolution_backward(grad, x, weight, *args)
+
+
 def _native_layer_norm(x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> tuple:
     ops = _ops()
     dims = list(range(x.ndim - len(normalized_shape), x.ndim))
@@ -509,6 +514,8 @@ COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
     "addmm.default": (("matmul", "add", "mul"), _addmm),
     "convolution_backward_overrideable.default": (("conv2d_backward_input", "conv2d_backward_weight", "sum"),
                                                   _convolution_backward),
+    "convolution_backward.default": (("conv2d_backward_input", "conv2d_backward_weight", "sum"),
+                                     _convolution_backward_with_bias_sizes),
     "native_layer_norm.default": (("layer_norm", "mean", "var", "rsqrt"), _native_layer_norm),
     "native_layer_norm_backward.default": (("mul", "sub", "mean", "sum"), _native_layer_norm_backward),
     "native_batch_norm.default": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"), _native_batch_norm),
