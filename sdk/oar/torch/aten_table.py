@@ -159,6 +159,14 @@ def _convolution_backward_with_bias_sizes(grad: Any, x: Any, weight: Any, bias_s
     return _convolution_backward(grad, x, weight, *args)
 
 
+def _native_batch_norm_functional(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                                  training: bool, momentum: float, eps: float) -> tuple:
+    # what AOT autograd traces: the updated running statistics are returned, the inputs left as they are
+    new_mean, new_var = running_mean.clone(), running_var.clone()
+    out, save_mean, save_invstd = _native_batch_norm(x, weight, bias, new_mean, new_var, training, momentum, eps)
+    return out, save_mean, save_invstd, new_mean, new_var
+
+
 def _native_layer_norm(x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> tuple:
     ops = _ops()
     dims = list(range(x.ndim - len(normalized_shape), x.ndim))
@@ -522,6 +530,8 @@ COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
     "_native_batch_norm_legit.default": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"), _native_batch_norm),
     "_native_batch_norm_legit.no_stats": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"),
                                           _native_batch_norm_no_stats),
+    "_native_batch_norm_legit_functional.default": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"),
+                                                    _native_batch_norm_functional),
     "native_batch_norm_backward.default": (("mean", "rsqrt", "mul", "sub", "sum", "reshape"),
                                            _native_batch_norm_backward),
     "_softmax_backward_data.default": (("mul", "sub", "sum"), _softmax_backward),
