@@ -27,11 +27,11 @@ import numpy as np
 from oar import _C, reference
 from oar.errors import OpNotSupportedError, FallbackWarning
 
-__all__ = ["fallback_stats", "reset_fallback_stats", "fallback_enabled"]
+__all__ = ["fallback_stats", "reset_fallback_stats", "fallback_enabled", "record_fallback"]
 
 _lock = threading.Lock()
-_counts: dict[str, int] = {}
-_warned: set[str] = set()
+_counts: dict[tuple[str, str], int] = {}  # (layer, op) -> calls; one counter for every layer that falls back
+_warned: set[tuple[str, str]] = set()
 _OFF = ("0", "false", "no", "off")
 _HALF = ("float16", "bfloat16")
 
@@ -41,18 +41,30 @@ def fallback_enabled() -> bool:
     return os.environ.get("OAR_FALLBACK", "1").strip().lower() not in _OFF
 
 
-def fallback_stats() -> dict[str, int]:
-    """{op: times it ran on the host} since the start or the last reset."""
+def record_fallback(op: str, layer: str = "oar") -> bool:
+    """Count one fallback of op in layer ("oar": an Oar op on the host; "torch": an ATen op on torch's
+    CPU); True the first time since the last warnings reset (the caller warns then)."""
+    key = (layer, op)
     with _lock:
-        return dict(_counts)
+        _counts[key] = _counts.get(key, 0) + 1
+        first = key not in _warned
+        _warned.add(key)
+    return first
 
 
-def reset_fallback_stats(warnings_too: bool = False) -> None:
-    """Zero the counts (and, with warnings_too, warn again on each op's next fallback)."""
+def fallback_stats(layer: str = "oar") -> dict[str, int]:
+    """{op: times it fell back} in layer since the start or the last reset."""
     with _lock:
-        _counts.clear()
+        return {op: n for (where, op), n in _counts.items() if where == layer}
+
+
+def reset_fallback_stats(warnings_too: bool = False, layer: str = "oar") -> None:
+    """Zero layer's counts (and, with warnings_too, warn again on each op's next fallback)."""
+    with _lock:
+        for key in [k for k in _counts if k[0] == layer]:
+            del _counts[key]
         if warnings_too:
-            _warned.clear()
+            _warned.difference_update([k for k in _warned if k[0] == layer])
 
 
 def _signature(op: str, inputs: tuple, outputs: tuple) -> str:
@@ -126,11 +138,7 @@ def _run(op: str, inputs: tuple, outputs: tuple, attrs: dict) -> None:
         # the traceback keeps this frame: it must not keep the device tensors (allocator stats)
         del inputs, outputs, sample
         raise OpNotSupportedError(message, op=op, device=device, dtypes=dtypes)
-    with _lock:
-        _counts[op] = _counts.get(op, 0) + 1
-        first = op not in _warned
-        _warned.add(op)
-    if first:
+    if record_fallback(op):
         warnings.warn(f"op '{op}' has no kernel on {device} for {_signature(op, inputs, outputs)}: it runs on the "
                       f"host (numpy), which is slow; oar.fallback_stats() counts these, OAR_FALLBACK=0 makes them "
                       f"errors", FallbackWarning, stacklevel=2)

@@ -97,6 +97,11 @@ def test_unmapped_op_falls_back_counted_and_warned_once(npu, monkeypatch):
     torch.testing.assert_close(got.cpu(), torch.cumsum(torch.arange(6, dtype=torch.float32), 0))
     calls = {op: n for op, n in oar.torch.fallback_stats().items() if op.startswith("cumsum.")}
     assert sum(calls.values()) == 2, calls  # cumsum.out: torch's composite cumsum calls its out= form
+    # one counter: oar.fallback holds it under the layer "torch", apart from Oar ops run on the host
+    assert oar.fallback.fallback_stats(layer="torch") == oar.torch.fallback_stats()
+    assert not any(op.startswith("cumsum.") for op in oar.fallback.fallback_stats())
+    oar.fallback.reset_fallback_stats(layer="torch")
+    assert oar.torch.fallback_stats() == {}
 
 
 def test_fallback_off_raises_naming_op_and_device(npu, monkeypatch):
@@ -179,3 +184,66 @@ def test_a_second_device_of_the_plugin_is_a_clear_error(npu):
         pytest.skip("the plugin has one device")
     with pytest.raises(RuntimeError, match=f"'{npu}:1'.*index 0 only"):
         torch.ones(2).to(f"{npu}:1")
+
+
+# max pooling with indices and advanced indexing: Oar ops (max_pool2d_indices, index, index_put), not the
+# CPU fallback; values exact (they copy or compare elements), gradients within rtol 1e-6 / atol 1e-7
+INDEXING_CASES = {
+    "max_pool2d_indices": lambda t: torch.nn.functional.max_pool2d(t(4, 3, 9, 9), 3, 2, 1, return_indices=True),
+    "index_two_dims": lambda t: t(4, 5, 6)[:, torch.tensor([0, 2, -1]), torch.tensor([[1], [5]])],
+    "index_first_dim": lambda t: t(6, 3)[torch.tensor([5, 0, 0])],
+    "index_put": lambda t: t(5, 4).index_put((torch.tensor([0, 3]),), torch.tensor([1.5, -2.0, 3.0, 4.0])),
+    "index_put_accumulate": lambda t: t(5, 4).index_put(
+        (torch.tensor([1, 1, 4]), torch.tensor([0, 0, 3])), torch.tensor(2.0), accumulate=True),
+}
+
+
+def _seeded(device):
+    generator = torch.Generator().manual_seed(0)
+
+    def make(*shape):
+        return torch.randn(*shape, generator=generator, device="cpu").to(device)
+
+    return make
+
+
+def _on(device, value):
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+@pytest.mark.parametrize("name", list(INDEXING_CASES))
+def test_indexing_ops_run_natively_and_match_cpu(npu, name):
+    import oar.torch
+
+    fn = INDEXING_CASES[name]
+    expected = fn(_seeded("cpu"))
+    oar.torch.reset_fallback_stats()
+    with torch.device(npu):  # index tensors made inside the case land on the device too
+        got = fn(_seeded(npu))
+    assert oar.torch.fallback_stats() == {}
+    for e, g in zip(expected if isinstance(expected, tuple) else (expected,), got if isinstance(got, tuple) else (got,)):
+        assert g.device.type == npu and g.dtype == e.dtype
+        torch.testing.assert_close(g.cpu(), e, rtol=0, atol=0)
+
+
+def test_max_pool2d_and_index_gradients_match_cpu(npu):
+    import oar.torch
+
+    def step(device):
+        x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1)).to(device).requires_grad_()
+        rows = torch.tensor([0, 2, 2]).to(device)
+        pooled = torch.nn.functional.max_pool2d(x, 2)
+        (pooled[:, rows].sum() * 3.0).backward()
+        return x.grad.cpu()
+
+    expected = step("cpu")
+    oar.torch.reset_fallback_stats()
+    got = step(npu)
+    assert oar.torch.fallback_stats() == {}
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_unadjacent_index_tensors_still_match_cpu_through_the_fallback(npu):
+    x = torch.randn(3, 4, 5)
+    rows, cols = torch.tensor([0, 2]), torch.tensor([1, 3])
+    torch.testing.assert_close(x.to(npu)[rows.to(npu), :, cols.to(npu)].cpu(), x[rows, :, cols], rtol=0, atol=0)

@@ -12,8 +12,6 @@ pytest.importorskip("transformers")
 
 from oar_conformance.levels import torch_zoo  # noqa: E402
 
-# ATen ops these models still run on the CPU fallback (no Oar op gives max pooling's indices yet)
-KNOWN_FALLBACKS = {"resnet18": {"max_pool2d_with_indices.out", "max_pool2d_with_indices_backward.grad_input"}}
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +28,7 @@ def npu(dev):
 def test_zoo_train_step_matches_cpu(npu, name, dtype):
     result = torch_zoo.compare_train_step(name, npu, "quick", dtype)
     assert torch_zoo.problems(name, result) == []
-    assert set(result.fallback_ops) == KNOWN_FALLBACKS.get(name, set())
+    assert set(result.fallback_ops) == set()  # every ATen op of the zoo runs as Oar ops
 
 
 def test_torchvision_detection_ops_say_why_they_are_missing():

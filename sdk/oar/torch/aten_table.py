@@ -154,6 +154,19 @@ def _convolution_backward(grad: Any, x: Any, weight: Any, stride: Any, padding: 
             ops.sum(grad, dim=[0, 2, 3]) if output_mask[2] else None)
 
 
+def _convolution_backward_with_bias_sizes(grad: Any, x: Any, weight: Any, bias_sizes: Any, *args: Any) -> tuple:
+    # the overload AOT autograd traces (eager torch calls the _overrideable one): bias_sizes is implied
+    return _convolution_backward(grad, x, weight, *args)
+
+
+def _native_batch_norm_functional(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any,
+                                  training: bool, momentum: float, eps: float) -> tuple:
+    # what AOT autograd traces: the updated running statistics are returned, the inputs left as they are
+    new_mean, new_var = running_mean.clone(), running_var.clone()
+    out, save_mean, save_invstd = _native_batch_norm(x, weight, bias, new_mean, new_var, training, momentum, eps)
+    return out, save_mean, save_invstd, new_mean, new_var
+
+
 def _native_layer_norm(x: Any, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> tuple:
     ops = _ops()
     dims = list(range(x.ndim - len(normalized_shape), x.ndim))
@@ -397,6 +410,66 @@ def _addcdiv(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
     return ops.add(x, quotient if value == 1 else ops.mul(quotient, value))
 
 
+def _pool_attrs(kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool) -> dict:
+    if ceil_mode or any(d != 1 for d in _pair(dilation)):
+        raise _Unmapped("max pooling with dilation or ceil_mode")
+    return {"kernel_size": _pair(kernel_size), "stride": _pair(stride) if stride else [],
+            "padding": _pair(padding)}
+
+
+def _pair(value: Any) -> list[int]:
+    values = [value] if isinstance(value, int) else list(value)
+    return values * 2 if len(values) == 1 else values
+
+
+def _max_pool2d_with_indices(x: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+                             ceil_mode: bool = False) -> tuple[Any, Any]:
+    attrs = _pool_attrs(kernel_size, stride, padding, dilation, ceil_mode)
+    ops = _ops()
+    return ops.max_pool2d(x, **attrs), ops.max_pool2d_indices(x, **attrs)
+
+
+def _max_pool2d_with_indices_backward(grad: Any, x: Any, kernel_size: Any, stride: Any, padding: Any,
+                                      dilation: Any, ceil_mode: bool, indices: Any) -> Any:
+    # max_pool2d_backward routes to each window's first maximum: the position indices holds
+    return _ops().max_pool2d_backward(grad, x, **_pool_attrs(kernel_size, stride, padding, dilation, ceil_mode))
+
+
+def _index_key(x: Any, indices: Any) -> tuple[int, Any, list[int]]:
+    """torch's Tensor?[] indices as Oar's (dim, stacked [k, *B] indices, B)."""
+    positions = [i for i, t in enumerate(indices) if t is not None]
+    if not positions or positions != list(range(positions[0], positions[-1] + 1)):
+        raise _Unmapped("index tensors that are not adjacent (torch moves their dims first)")
+    import oar
+
+    tensors = [indices[i] for i in positions]
+    if any(t.dtype not in (oar.int64, oar.int32) for t in tensors):
+        raise _Unmapped("boolean (mask) or non-integer index tensors")
+    ops = _ops()
+    shape = list(torch.broadcast_shapes(*(tuple(t.shape) for t in tensors)))
+    stacked = [ops.reshape(ops.expand(ops.cast(t, dtype=oar.int64), shape=shape), shape=[1] + shape)
+               for t in tensors]
+    return positions[0], (stacked[0] if len(stacked) == 1 else ops.concat(stacked, dim=0)), shape
+
+
+def _index(x: Any, indices: Any) -> Any:
+    dim, key, _ = _index_key(x, indices)
+    return _ops().index(x, key, dim=dim)
+
+
+def _index_put(x: Any, indices: Any, values: Any, accumulate: bool = False, unsafe: bool = False) -> Any:
+    dim, key, shape = _index_key(x, indices)
+    ops = _ops()
+    out_shape = list(x.shape[:dim]) + shape + list(x.shape[dim + key.shape[0]:])
+    import oar
+
+    if not oar.is_tensor(values):
+        values = oar.full(out_shape, values, dtype=x.dtype, device=x.device)
+    elif list(values.shape) != out_shape:  # torch broadcasts values to the indexed shape
+        values = ops.expand(values, shape=out_shape)
+    return ops.index_put(x, key, values, dim=dim, accumulate=accumulate)
+
+
 RENAMED: dict[str, str] = {
     # ATen overload: the Oar op of the same arguments
     "mm.default": "matmul",
@@ -449,12 +522,16 @@ COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
     "addmm.default": (("matmul", "add", "mul"), _addmm),
     "convolution_backward_overrideable.default": (("conv2d_backward_input", "conv2d_backward_weight", "sum"),
                                                   _convolution_backward),
+    "convolution_backward.default": (("conv2d_backward_input", "conv2d_backward_weight", "sum"),
+                                     _convolution_backward_with_bias_sizes),
     "native_layer_norm.default": (("layer_norm", "mean", "var", "rsqrt"), _native_layer_norm),
     "native_layer_norm_backward.default": (("mul", "sub", "mean", "sum"), _native_layer_norm_backward),
     "native_batch_norm.default": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"), _native_batch_norm),
     "_native_batch_norm_legit.default": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"), _native_batch_norm),
     "_native_batch_norm_legit.no_stats": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"),
                                           _native_batch_norm_no_stats),
+    "_native_batch_norm_legit_functional.default": (("mean", "var", "rsqrt", "mul", "sub", "add", "reshape"),
+                                                    _native_batch_norm_functional),
     "native_batch_norm_backward.default": (("mean", "rsqrt", "mul", "sub", "sum", "reshape"),
                                            _native_batch_norm_backward),
     "_softmax_backward_data.default": (("mul", "sub", "sum"), _softmax_backward),
@@ -475,6 +552,11 @@ COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
     "lerp.Tensor": (("add", "sub", "mul"), _lerp),
     "addcmul.default": (("add", "mul"), _addcmul),
     "addcdiv.default": (("add", "div", "mul"), _addcdiv),
+    "max_pool2d_with_indices.default": (("max_pool2d", "max_pool2d_indices"), _max_pool2d_with_indices),
+    "max_pool2d_with_indices_backward.default": (("max_pool2d_backward",), _max_pool2d_with_indices_backward),
+    "index.Tensor": (("index", "expand", "reshape", "cast", "concat"), _index),
+    "index_put.default": (("index_put", "expand", "reshape", "cast", "concat", "full"), _index_put),
+    "_index_put_impl.default": (("index_put", "expand", "reshape", "cast", "concat", "full"), _index_put),
 }
 
 _ELEMENTWISE_KINDS = ("unary", "binary", "ternary")

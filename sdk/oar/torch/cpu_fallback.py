@@ -1,12 +1,12 @@
 """ATen ops without an Oar mapping: copy the inputs to the CPU, run torch's CPU kernel, copy back.
 
-Counted per ATen op in ``fallback_stats()``, warned once per op; ``OAR_FALLBACK=0`` makes them a
+Counted per ATen op in oar.fallback's counter under the layer "torch" (``fallback_stats()`` here
+reads it), warned once per op; ``OAR_FALLBACK=0`` makes them a
 NotImplementedError that names the op and the device.
 """
 
 from __future__ import annotations
 
-import threading
 import warnings
 from typing import Any
 
@@ -14,37 +14,29 @@ import torch
 from torch.utils._pytree import tree_map
 
 from oar.errors import FallbackWarning
+from oar import fallback as _fallback
 from oar.fallback import fallback_enabled
 from oar.torch import bridge_tensor as _bt
 
 __all__ = ["run_on_cpu", "fallback_stats", "reset_fallback_stats"]
 
-_lock = threading.Lock()
-_counts: dict[str, int] = {}
-_warned: set[str] = set()
+_LAYER = "torch"  # this module's label in oar.fallback's one counter
 
 
 def fallback_stats() -> dict[str, int]:
     """Calls of each ATen op that ran on the CPU fallback since the last reset."""
-    with _lock:
-        return dict(_counts)
+    return _fallback.fallback_stats(layer=_LAYER)
 
 
 def reset_fallback_stats(warnings_too: bool = False) -> None:
-    with _lock:
-        _counts.clear()
-        if warnings_too:
-            _warned.clear()
+    _fallback.reset_fallback_stats(warnings_too, layer=_LAYER)
 
 
 def _count(name: str, device: str) -> None:
     if not fallback_enabled():
         raise NotImplementedError(f"ATen op '{name}' has no Oar mapping for device '{device}' and the CPU "
                                   "fallback is off (OAR_FALLBACK=0)")
-    with _lock:
-        _counts[name] = _counts.get(name, 0) + 1
-        first = name not in _warned
-        _warned.add(name)
+    first = _fallback.record_fallback(name, layer=_LAYER)
     if first:
         warnings.warn(f"ATen op '{name}' has no Oar mapping for device '{device}': it runs on the CPU (copy in, "
                       "torch CPU kernel, copy out); oar.torch.fallback_stats() counts these, OAR_FALLBACK=0 makes "

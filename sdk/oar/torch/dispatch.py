@@ -39,6 +39,22 @@ def _wrap_result(value: Any) -> Any:
     return _bt.wrap(value) if oar.is_tensor(value) else value
 
 
+def _unwrap_checked(name: str, value: Any, kind: str) -> Any:
+    """A positional ATen argument with its device tensors unwrapped, refusing other-device tensors
+    (0-d CPU scalars aside): the device check and the unwrap in one pass (the per-op cost of a + b)."""
+    if isinstance(value, torch.Tensor):
+        device = value.device
+        if device.type == kind:
+            return _bt.unwrap(value)
+        if value.dim() > 0:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
+                               f"devices, {kind}:0 and {device}! (ATen op {name})")
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap_checked(name, v, kind) for v in value)
+    return value
+
+
 def _check_same_device(name: str, args: tuple) -> None:
     for value in args:
         for item in value if isinstance(value, (list, tuple)) else (value,):
@@ -58,8 +74,8 @@ def _mapped_kernel(mapping: Mapping, op: Any):
     returns_list = bool(op._schema.returns) and str(op._schema.returns[0].type) == "Tensor[]"  # once, not per call
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        _check_same_device(name, args)
-        oar_args = tuple(_unwrap_value(a) for a in args)
+        kind = _bt.device_type()
+        oar_args = tuple([_unwrap_checked(name, a, kind) for a in args])
         oar_kwargs = {k: _unwrap_value(v) for k, v in kwargs.items()} if kwargs else kwargs
         try:
             inputs, attrs = call(*oar_args, **oar_kwargs)
@@ -116,7 +132,7 @@ def _out_kernel(mapping: Mapping, op: Any, functional: Any, out_names: list[str]
 def _out_overload(base: str, overload: str) -> tuple[Any, list[str]] | None:
     """torch's out= overload of base.overload ("out" or "<overload>_out") and its out argument names."""
     packet = getattr(torch.ops.aten, base)
-    for name in (("out",) if overload == "default" else (f"{overload}_out",)):
+    for name in (("out", "grad_input") if overload == "default" else (f"{overload}_out",)):
         candidate = getattr(packet, name, None)
         if candidate is None:
             continue
