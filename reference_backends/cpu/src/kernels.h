@@ -303,20 +303,24 @@ REFCPU_ALWAYS_INLINE float refcpu_tanhf(float x) {
   return a > 0.625f ? large : (x == 0.0f ? x : small); /* keeps tanh(-0) = -0 */
 }
 
+/* Numerical Recipes' erfcc Chebyshev fit: erfc(z) = t exp(poly(t) - z^2), t = 1 / (1 + z / 2). */
+REFCPU_ALWAYS_INLINE float refcpu_erfcc_poly(float t) {
+  return -1.26551223f +
+         t * (1.00002368f +
+              t * (0.37409196f +
+                   t * (0.09678418f +
+                        t * (-0.18628806f +
+                             t * (0.27886807f +
+                                  t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+}
+
 /* erfc within 4e-7 relative: Numerical Recipes' erfcc (Chebyshev fit, error
    < 1.2e-7) in float, with -x^2 carried in double so exp's argument keeps its
    low bits (exp(a + d) = exp(a) (1 + d)). Vectorizable. */
 REFCPU_ALWAYS_INLINE float refcpu_erfcf(float x) {
   float z = x < 0 ? -x : x;
   float t = 1.0f / (1.0f + 0.5f * z);
-  float poly = -1.26551223f +
-               t * (1.00002368f +
-                    t * (0.37409196f +
-                         t * (0.09678418f +
-                              t * (-0.18628806f +
-                                   t * (0.27886807f +
-                                        t * (-1.13520398f +
-                                             t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+  float poly = refcpu_erfcc_poly(t);
   double exact = (double)poly - (double)z * (double)z;
   float argument = (float)exact;
   float residual = (float)(exact - (double)argument);
@@ -331,14 +335,7 @@ REFCPU_ALWAYS_INLINE float refcpu_erfcf(float x) {
    ulp of erf. Vectorizes at full float width. */
 REFCPU_ALWAYS_INLINE float refcpu_erfcf_tail(float z) {
   float t = 1.0f / (1.0f + 0.5f * z);
-  float poly = -1.26551223f +
-               t * (1.00002368f +
-                    t * (0.37409196f +
-                         t * (0.09678418f +
-                              t * (-0.18628806f +
-                                   t * (0.27886807f +
-                                        t * (-1.13520398f +
-                                             t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+  float poly = refcpu_erfcc_poly(t);
   return t * refcpu_expf(poly - z * z);
 }
 
