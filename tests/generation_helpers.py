@@ -26,3 +26,20 @@ def prefill_then_decode_logits(model, tokens: np.ndarray, prefill: int, device) 
     finally:
         model.train()
     return np.stack(logits)
+
+
+def assert_decode_allocates_no_device_memory_once_warm(model, prompts, device) -> None:
+    """A sampled, streamed generation of two prompts: after 4 warm-up tokens, 20 more make no plugin
+    malloc, while their temporaries still come from the caching allocator."""
+    import oar
+
+    stream = model.generate(prompts, 30, temperature=0.8, seed=1, stream=True)
+    for _ in range(4):
+        next(stream)
+    before = oar.memory_stats(device)
+    for _ in range(20):
+        next(stream)
+    after = oar.memory_stats(device)
+    stream.close()
+    assert after["plugin_mallocs"] == before["plugin_mallocs"], (before, after)
+    assert after["num_allocs"] > before["num_allocs"]  # the step's temporaries came from the cache

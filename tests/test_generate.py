@@ -5,7 +5,7 @@ seeded, streaming yields the same tokens, and decoding allocates no device memor
 
 import numpy as np
 import pytest
-from generation_helpers import prefill_then_decode_logits
+from generation_helpers import assert_decode_allocates_no_device_memory_once_warm, prefill_then_decode_logits
 
 from oar.models import data
 
@@ -99,20 +99,8 @@ def test_context_shifts_past_max_seq_len(model):
 
 
 def test_decode_allocates_no_device_memory_once_warm(model):
-    import oar
-
-    device = model.tok_emb.weight.device
-    stream = model.generate([data.encode("a = b"), data.encode("print(")], 30, temperature=0.8, seed=1,
-                            stream=True)
-    for _ in range(4):
-        next(stream)
-    before = oar.memory_stats(device)
-    for _ in range(20):
-        next(stream)
-    after = oar.memory_stats(device)
-    stream.close()
-    assert after["plugin_mallocs"] == before["plugin_mallocs"], (before, after)
-    assert after["num_allocs"] > before["num_allocs"]  # the step's temporaries came from the cache
+    assert_decode_allocates_no_device_memory_once_warm(model, [data.encode("a = b"), data.encode("print(")],
+                                                       model.tok_emb.weight.device)
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["int8", "int4"])

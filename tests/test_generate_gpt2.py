@@ -5,7 +5,7 @@ is seeded, streaming yields the same tokens, and decoding allocates no device me
 
 import numpy as np
 import pytest
-from generation_helpers import prefill_then_decode_logits
+from generation_helpers import assert_decode_allocates_no_device_memory_once_warm, prefill_then_decode_logits
 
 torch = pytest.importorskip("torch")
 
@@ -81,19 +81,7 @@ def test_context_shifts_past_max_position(model):
 
 
 def test_decode_allocates_no_device_memory_once_warm(model):
-    import oar
-
-    device = model.wte.weight.device
-    stream = model.generate([prompt(8, 3), prompt(9, 6)], 30, temperature=0.8, seed=1, stream=True)
-    for _ in range(4):
-        next(stream)
-    before = oar.memory_stats(device)
-    for _ in range(20):
-        next(stream)
-    after = oar.memory_stats(device)
-    stream.close()
-    assert after["plugin_mallocs"] == before["plugin_mallocs"], (before, after)
-    assert after["num_allocs"] > before["num_allocs"]  # the step's temporaries came from the cache
+    assert_decode_allocates_no_device_memory_once_warm(model, [prompt(8, 3), prompt(9, 6)], model.wte.weight.device)
 
 
 def test_a_prefill_that_does_not_match_begin_prefill_is_named(model):
