@@ -19,18 +19,9 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 
-/* The row kernels of norms and cross_entropy also get an AVX2 build, picked
-   at load time on CPUs that have it (about twice the float32 throughput of
-   the SSE2 baseline). Same operations in the same order (ISO C: no FMA
-   contraction), so the same results on either. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define NN_ROW_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef NN_ROW_CLONES
-#define NN_ROW_CLONES
-#endif
+/* The row kernels of norms and cross_entropy are cloned for AVX-512 and AVX2 (kernels.h): the
+   same operations in the same order (ISO C: no FMA contraction), so the same results on each. */
+#define NN_ROW_CLONES REFCPU_VECTOR_CLONES
 /* Helpers of the row kernels, inlined so each build of a row kernel has its own. */
 #define NN_INLINE static inline __attribute__((always_inline))
 

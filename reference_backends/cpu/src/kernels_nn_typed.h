@@ -2,8 +2,20 @@
  *   NN_T     the element type (float or double)
  *   NN_FN(n) the name n with the type's suffix
  *   NN_EXP   exp for NN_T
- * Rows are contiguous here (the caller packs strided ones); sums accumulate in
- * independent double lanes, which vectorize without reassociating. */
+ * Rows are contiguous here (the caller packs strided ones). Sums accumulate in independent
+ * lanes, which vectorize without reassociating: double lanes, or for the hottest loops lanes of
+ * the element type over blocks of NN_BLOCK elements (a vector register wide, and short enough to
+ * stay accurate), the blocks added in double. */
+
+#define NN_BLOCK_LANES 16
+#define NN_BLOCK 256
+
+/* The NN_BLOCK_LANES lanes added pairwise, as a double. */
+NN_INLINE double NN_FN(lane_total)(NN_T* lanes) {
+  for (int width = NN_BLOCK_LANES / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
+  return (double)lanes[0];
+}
 
 /* ---- layer_norm / rms_norm: one pass of statistics, one of output --------------- */
 
@@ -34,27 +46,28 @@ NN_INLINE void NN_FN(row_moments)(const NN_T* restrict x, int64_t n, double k, d
 }
 
 /* The same moments and, with g = grad * weight (weight may be NULL), sum g and
-   sum g * (x - k): all a backward row needs, in one pass. */
+   sum g * (x - k): all a backward row needs, in one pass, in NN_BLOCK_LANES lanes per block. */
 NN_INLINE void NN_FN(row_backward_sums)(const NN_T* restrict grad, const NN_T* restrict x,
                                      const NN_T* restrict weight, int64_t n, double k,
                                      double sums[4]) {
-  double a[4] = {0}, b[4] = {0}, c[4] = {0}, e[4] = {0};
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int l = 0; l < 4; l++) {
-      double d = (double)x[i + l] - k;
-      double g = weight ? (double)grad[i + l] * (double)weight[i + l] : (double)grad[i + l];
-      a[l] += d;
-      b[l] += d * d;
-      c[l] += g;
-      e[l] += g * d;
-    }
+  NN_T shift = (NN_T)k; /* k is an element of x or 0: exact */
   double s[4] = {0, 0, 0, 0};
-  for (int l = 0; l < 4; l++) {
-    s[0] += a[l];
-    s[1] += b[l];
-    s[2] += c[l];
-    s[3] += e[l];
+  int64_t i = 0;
+  for (; i + NN_BLOCK <= n; i += NN_BLOCK) {
+    NN_T a[NN_BLOCK_LANES] = {0}, b[NN_BLOCK_LANES] = {0}, c[NN_BLOCK_LANES] = {0}, e[NN_BLOCK_LANES] = {0};
+    for (int64_t at = i; at < i + NN_BLOCK; at += NN_BLOCK_LANES)
+      for (int l = 0; l < NN_BLOCK_LANES; l++) {
+        NN_T d = x[at + l] - shift;
+        NN_T g = weight ? grad[at + l] * weight[at + l] : grad[at + l];
+        a[l] += d;
+        b[l] += d * d;
+        c[l] += g;
+        e[l] += g * d;
+      }
+    s[0] += NN_FN(lane_total)(a);
+    s[1] += NN_FN(lane_total)(b);
+    s[2] += NN_FN(lane_total)(c);
+    s[3] += NN_FN(lane_total)(e);
   }
   for (; i < n; i++) {
     double d = (double)x[i] - k;
@@ -159,22 +172,32 @@ NN_INLINE NN_T NN_FN(row_max)(const NN_T* restrict x, int64_t n) {
   return nan ? (NN_T)NAN : best;
 }
 
-/* sum exp(x - max), eight double lanes. */
-NN_INLINE double NN_FN(row_sum_exp)(const NN_T* restrict x, int64_t n, NN_T max) {
-  double lanes[8] = {0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++) lanes[l] += (double)NN_EXP(x[i + l] - max);
+/* exp(x - max) into out (when not NULL) and its sum, in NN_BLOCK_LANES lanes per block. */
+NN_INLINE double NN_FN(row_exp_sum)(const NN_T* restrict x, NN_T* restrict out, int64_t n, NN_T max) {
   double sum = 0;
-  for (int l = 0; l < 8; l++) sum += lanes[l];
-  for (; i < n; i++) sum += (double)NN_EXP(x[i] - max);
+  int64_t i = 0;
+  for (; i + NN_BLOCK <= n; i += NN_BLOCK) {
+    NN_T lanes[NN_BLOCK_LANES] = {0};
+    for (int64_t at = i; at < i + NN_BLOCK; at += NN_BLOCK_LANES)
+      for (int l = 0; l < NN_BLOCK_LANES; l++) {
+        NN_T e = NN_EXP(x[at + l] - max);
+        if (out) out[at + l] = e;
+        lanes[l] += e;
+      }
+    sum += NN_FN(lane_total)(lanes);
+  }
+  for (; i < n; i++) {
+    NN_T e = NN_EXP(x[i] - max);
+    if (out) out[i] = e;
+    sum += (double)e;
+  }
   return sum;
 }
 
 /* logsumexp(x) - x[target] */
 NN_ROW_CLONES static double NN_FN(cross_entropy_row)(const NN_T* restrict x, int64_t n, int64_t target) {
   NN_T max = NN_FN(row_max)(x, n);
-  double sum = NN_FN(row_sum_exp)(x, n, max);
+  double sum = NN_FN(row_exp_sum)(x, NULL, n, max);
   return log(sum) + (double)max - (double)x[target];
 }
 
@@ -182,23 +205,9 @@ NN_ROW_CLONES static double NN_FN(cross_entropy_row)(const NN_T* restrict x, int
 NN_ROW_CLONES static void NN_FN(cross_entropy_backward_row)(const NN_T* restrict x, NN_T* restrict out,
                                               int64_t n, int64_t target, double scale) {
   NN_T max = NN_FN(row_max)(x, n);
-  double lanes[8] = {0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++) {
-      NN_T e = NN_EXP(x[i + l] - max);
-      out[i + l] = e;
-      lanes[l] += (double)e;
-    }
-  double sum = 0;
-  for (int l = 0; l < 8; l++) sum += lanes[l];
-  for (; i < n; i++) {
-    NN_T e = NN_EXP(x[i] - max);
-    out[i] = e;
-    sum += (double)e;
-  }
+  double sum = NN_FN(row_exp_sum)(x, out, n, max);
   NN_T factor = (NN_T)(scale / sum);
-  for (i = 0; i < n; i++) out[i] *= factor;
+  for (int64_t i = 0; i < n; i++) out[i] *= factor;
   out[target] -= (NN_T)scale;
 }
 

@@ -9,6 +9,16 @@
 
 #include <stdlib.h>
 
+/* Partial sums per row: 32 doubles are four AVX-512 (eight AVX2) registers of independent chains. */
+#define NORM_LANES 32
+
+/* The NORM_LANES partial sums added pairwise. */
+REFCPU_ALWAYS_INLINE double norm_lane_total(double* a) {
+  for (int width = NORM_LANES / 2; width > 0; width /= 2)
+    for (int j = 0; j < width; j++) a[j] += a[j + width];
+  return a[0];
+}
+
 #define NORM_T float
 #define NORM_FN(name) name##_f32
 #include "kernels_norm_typed.h"

@@ -15,22 +15,23 @@ static void NORM_FN(channel_stats)(const NORM_T* x, int64_t n, int64_t channels,
   *var = squares / (double)(n * s);
 }
 
-/* Sum and sum of squared deviations from m of count consecutive elements, in four partial
-   double sums (independent chains the compiler can keep in vector lanes). */
-static double NORM_FN(run_sum)(const NORM_T* x, int64_t count) {
-  double a[4] = {0.0, 0.0, 0.0, 0.0};
+/* Sum and sum of squared deviations from m of count consecutive elements, in NORM_LANES partial
+   double sums: independent chains that fill the vector units (an add's latency hides behind the
+   other lanes). */
+REFCPU_VECTOR_CLONES static double NORM_FN(run_sum)(const NORM_T* x, int64_t count) {
+  double a[NORM_LANES] = {0.0};
   int64_t k = 0;
-  for (; k + 4 <= count; k += 4)
-    for (int j = 0; j < 4; j++) a[j] += x[k + j];
+  for (; k + NORM_LANES <= count; k += NORM_LANES)
+    for (int j = 0; j < NORM_LANES; j++) a[j] += x[k + j];
   for (; k < count; k++) a[0] += x[k];
-  return (a[0] + a[1]) + (a[2] + a[3]);
+  return norm_lane_total(a);
 }
 
-static double NORM_FN(run_squares)(const NORM_T* x, int64_t count, double m) {
-  double a[4] = {0.0, 0.0, 0.0, 0.0};
+REFCPU_VECTOR_CLONES static double NORM_FN(run_squares)(const NORM_T* x, int64_t count, double m) {
+  double a[NORM_LANES] = {0.0};
   int64_t k = 0;
-  for (; k + 4 <= count; k += 4)
-    for (int j = 0; j < 4; j++) {
+  for (; k + NORM_LANES <= count; k += NORM_LANES)
+    for (int j = 0; j < NORM_LANES; j++) {
       double d = x[k + j] - m;
       a[j] += d * d;
     }
@@ -38,7 +39,7 @@ static double NORM_FN(run_squares)(const NORM_T* x, int64_t count, double m) {
     double d = x[k] - m;
     a[0] += d * d;
   }
-  return (a[0] + a[1]) + (a[2] + a[3]);
+  return norm_lane_total(a);
 }
 
 /* Mean and biased variance of count consecutive elements (two passes). */
@@ -49,18 +50,18 @@ static void NORM_FN(block_stats)(const NORM_T* x, int64_t count, double* mean, d
 }
 
 /* out = x * scale + shift over s elements. */
-static void NORM_FN(affine_run)(const NORM_T* x, NORM_T* out, int64_t s, double scale, double shift) {
+REFCPU_VECTOR_CLONES static void NORM_FN(affine_run)(const NORM_T* x, NORM_T* out, int64_t s, double scale, double shift) {
   NORM_T a = (NORM_T)scale, b = (NORM_T)shift;
   for (int64_t k = 0; k < s; k++) out[k] = x[k] * a + b;
 }
 
-/* sum(g) and sum(g * (x - mean)) over s elements: four partial double sums of g and g * x. */
-static void NORM_FN(grad_sums)(const NORM_T* g, const NORM_T* x, int64_t s, double mean, double* sum_g,
-                               double* sum_gx) {
-  double a[4] = {0.0, 0.0, 0.0, 0.0}, b[4] = {0.0, 0.0, 0.0, 0.0};
+/* sum(g) and sum(g * (x - mean)) over s elements: NORM_LANES partial double sums of g and g * x. */
+REFCPU_VECTOR_CLONES static void NORM_FN(grad_sums)(const NORM_T* g, const NORM_T* x, int64_t s, double mean,
+                                                    double* sum_g, double* sum_gx) {
+  double a[NORM_LANES] = {0.0}, b[NORM_LANES] = {0.0};
   int64_t k = 0;
-  for (; k + 4 <= s; k += 4)
-    for (int j = 0; j < 4; j++) {
+  for (; k + NORM_LANES <= s; k += NORM_LANES)
+    for (int j = 0; j < NORM_LANES; j++) {
       a[j] += g[k + j];
       b[j] += (double)g[k + j] * (double)x[k + j];
     }
@@ -68,14 +69,14 @@ static void NORM_FN(grad_sums)(const NORM_T* g, const NORM_T* x, int64_t s, doub
     a[0] += g[k];
     b[0] += (double)g[k] * (double)x[k];
   }
-  double total_g = (a[0] + a[1]) + (a[2] + a[3]);
+  double total_g = norm_lane_total(a);
   *sum_g += total_g;
-  *sum_gx += (b[0] + b[1]) + (b[2] + b[3]) - mean * total_g;
+  *sum_gx += norm_lane_total(b) - mean * total_g;
 }
 
 /* dx = a * g + b * (x - mean) + c over s elements (the norms' input gradient, per channel), as
    A g + B x + C in the element type. */
-static void NORM_FN(grad_run)(const NORM_T* g, const NORM_T* x, NORM_T* dx, int64_t s, double a, double b,
+REFCPU_VECTOR_CLONES static void NORM_FN(grad_run)(const NORM_T* g, const NORM_T* x, NORM_T* dx, int64_t s, double a, double b,
                               double mean, double c) {
   NORM_T A = (NORM_T)a, B = (NORM_T)b, C = (NORM_T)(c - b * mean);
   for (int64_t k = 0; k < s; k++) dx[k] = A * g[k] + B * x[k] + C;
