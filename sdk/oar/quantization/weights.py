@@ -96,13 +96,9 @@ def hadamard_rotation(k: int, seed: int) -> np.ndarray:
     return (signs[:, None] * np.kron(np.eye(k // block), h)).astype(np.float32)
 
 
-def _has_weight_only_linear(device) -> bool:
-    """Whether device's plugin has a weight_only_linear kernel."""
-    return _has_weight_only_linear_on(str(device))
-
-
 @functools.lru_cache(maxsize=None)
-def _has_weight_only_linear_on(device: str) -> bool:
+def _has_weight_only_linear(device: str) -> bool:
+    """Whether the plugin of device (as str, the cache key) has a weight_only_linear kernel."""
     dtypes = ["float32", "int8", "float32", "float32", "float32"]  # x, qweight, scales, zeros -> out
     return oar.raw.kernel_query("weight_only_linear", dtypes, device, allow_missing=True) is not None
 
@@ -168,7 +164,7 @@ class QuantizedLinear(nn.Module):
         if self.rotation is not None:
             x = oar.matmul(x, self.rotation)
         differentiating = oar.is_grad_enabled() and x.requires_grad  # the op has no backward
-        if differentiating or not _has_weight_only_linear(x.device):
+        if differentiating or not _has_weight_only_linear(str(x.device)):
             return F.linear(x, self.dequantized_weight(), self.bias)
         y = oar.weight_only_linear(x, self.qweight, self.scales, self.zeros, bits=self.scheme.bits,
                                    group_size=self.scheme.group_size)
