@@ -218,28 +218,7 @@ Attrs::Attrs(const py::dict& values) {
   }
   // entries_ is complete: the pointers taken now stay valid.
   attrs_.resize(entries_.size());
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const Entry& entry = entries_[i];
-    oar_attr& attr = attrs_[i];
-    std::memset(&attr, 0, sizeof(attr));
-    attr.name = entry.name.c_str();
-    attr.type = entry.type;
-    switch (entry.type) {
-      case OAR_ATTR_INT:
-      case OAR_ATTR_BOOL: attr.value.i = entry.integer; break;
-      case OAR_ATTR_FLOAT: attr.value.f = entry.real; break;
-      case OAR_ATTR_INTS:
-        attr.count = static_cast<int64_t>(entry.integers.size());
-        attr.value.ints = entry.integers.data();
-        break;
-      case OAR_ATTR_FLOATS:
-        attr.count = static_cast<int64_t>(entry.reals.size());
-        attr.value.floats = entry.reals.data();
-        break;
-      case OAR_ATTR_STRING: attr.value.s = entry.text.c_str(); break;
-      case OAR_ATTR_DTYPE: attr.value.dtype = entry.dtype; break;
-    }
-  }
+  for (size_t i = 0; i < entries_.size(); ++i) fill_attr(attrs_[i], entries_[i].name.c_str(), entries_[i].value);
 }
 
 void Attrs::convert(Entry& entry, py::handle value, int32_t forced_type) {
@@ -271,16 +250,16 @@ void Attrs::convert(Entry& entry, py::handle value, int32_t forced_type) {
                            py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>());
     }
   }
-  entry.type = type;
+  entry.value.type = type;
   try {
     switch (type) {
-      case OAR_ATTR_INT: entry.integer = to_int64(value); break;
-      case OAR_ATTR_BOOL: entry.integer = PyObject_IsTrue(value.ptr()) ? 1 : 0; break;
-      case OAR_ATTR_FLOAT: entry.real = to_double(value); break;
-      case OAR_ATTR_INTS: entry.integers = int_list(value, name); break;
-      case OAR_ATTR_FLOATS: entry.reals = float_list(value); break;
-      case OAR_ATTR_STRING: entry.text = py::cast<std::string>(value); break;
-      case OAR_ATTR_DTYPE: entry.dtype = dtype_from_python(value); break;
+      case OAR_ATTR_INT: entry.value.i = to_int64(value); break;
+      case OAR_ATTR_BOOL: entry.value.i = PyObject_IsTrue(value.ptr()) ? 1 : 0; break;
+      case OAR_ATTR_FLOAT: entry.value.f = to_double(value); break;
+      case OAR_ATTR_INTS: entry.value.ints = int_list(value, name); break;
+      case OAR_ATTR_FLOATS: entry.value.floats = float_list(value); break;
+      case OAR_ATTR_STRING: entry.value.s = py::cast<std::string>(value); break;
+      case OAR_ATTR_DTYPE: entry.value.dtype = dtype_from_python(value); break;
       default: throw py::value_error("unknown attribute type " + std::to_string(type));
     }
   } catch (py::error_already_set& error) {
@@ -294,16 +273,16 @@ py::dict Attrs::to_dict() const {
   py::dict out;
   for (const Entry& entry : entries_) {
     py::object value;
-    switch (entry.type) {
-      case OAR_ATTR_INT: value = py::int_(entry.integer); break;
-      case OAR_ATTR_BOOL: value = py::bool_(entry.integer != 0); break;
-      case OAR_ATTR_FLOAT: value = py::float_(entry.real); break;
-      case OAR_ATTR_INTS: value = py::cast(entry.integers); break;
-      case OAR_ATTR_FLOATS: value = py::cast(entry.reals); break;
-      case OAR_ATTR_STRING: value = py::str(entry.text); break;
-      case OAR_ATTR_DTYPE: value = py::cast(DataType{entry.dtype}); break;
+    switch (entry.value.type) {
+      case OAR_ATTR_INT: value = py::int_(entry.value.i); break;
+      case OAR_ATTR_BOOL: value = py::bool_(entry.value.i != 0); break;
+      case OAR_ATTR_FLOAT: value = py::float_(entry.value.f); break;
+      case OAR_ATTR_INTS: value = py::cast(entry.value.ints); break;
+      case OAR_ATTR_FLOATS: value = py::cast(entry.value.floats); break;
+      case OAR_ATTR_STRING: value = py::str(entry.value.s); break;
+      case OAR_ATTR_DTYPE: value = py::cast(DataType{entry.value.dtype}); break;
     }
-    out[py::str(entry.name)] = py::make_tuple(attr_type_name(entry.type), value);
+    out[py::str(entry.name)] = py::make_tuple(attr_type_name(entry.value.type), value);
   }
   return out;
 }

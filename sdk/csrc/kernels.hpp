@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attr_value.hpp"
 #include "plugin.hpp"
 
 namespace oar {
@@ -56,13 +57,7 @@ class Attrs {
  private:
   struct Entry {
     std::string name;
-    int32_t type = OAR_ATTR_INT;
-    int64_t integer = 0;
-    double real = 0.0;
-    std::string text;
-    std::vector<int64_t> integers;
-    std::vector<double> reals;
-    oar_dl_data_type dtype{};
+    AttrValue value;
   };
   static void convert(Entry& entry, py::handle value, int32_t forced_type);
   std::vector<Entry> entries_;

@@ -189,24 +189,7 @@ PyObject* attr_to_python(const AttrValue& value) {
 }
 
 void fill_attr(oar_attr& out, const AttrSpec& spec, const AttrValue& value) {
-  std::memset(&out, 0, sizeof(out));
-  out.name = spec.name.c_str();
-  out.type = value.type;
-  switch (value.type) {
-    case OAR_ATTR_INT:
-    case OAR_ATTR_BOOL: out.value.i = value.i; break;
-    case OAR_ATTR_FLOAT: out.value.f = value.f; break;
-    case OAR_ATTR_INTS:
-      out.count = static_cast<int64_t>(value.ints.size());
-      out.value.ints = value.ints.data();
-      break;
-    case OAR_ATTR_FLOATS:
-      out.count = static_cast<int64_t>(value.floats.size());
-      out.value.floats = value.floats.data();
-      break;
-    case OAR_ATTR_STRING: out.value.s = value.s.c_str(); break;
-    case OAR_ATTR_DTYPE: out.value.dtype = value.dtype; break;
-  }
+  fill_attr(out, spec.name.c_str(), value);
 }
 
 void CallAttrs::use_defaults(const OpSchema& op) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attr_value.hpp"
 #include "tensor.hpp"
 
 namespace oar {
@@ -23,16 +24,6 @@ constexpr size_t kMaxAttrs = 8;
 enum class OpKind { Creation, Unary, Binary, Ternary, Reduction, Matmul, NN, Index, View, Misc };
 enum class OutRule { Same, Promote, Float, Fixed, Attr, Sum };
 enum class Role { Data, Index, Condition, Quantized };
-
-struct AttrValue {
-  int32_t type = OAR_ATTR_INT;
-  int64_t i = 0;
-  double f = 0.0;
-  std::string s;
-  std::vector<int64_t> ints;
-  std::vector<double> floats;
-  oar_dl_data_type dtype{};
-};
 
 struct AttrSpec {
   std::string name;
