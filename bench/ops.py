@@ -214,12 +214,16 @@ def pool_case(name: str, size: str, inputs: Inputs) -> Case:
             return Case(label, lambda: oar.ops.max_pool2d_indices(x, kernel_size=kernel, stride=stride,
                                                                   padding=padding),
                         lambda: F.max_pool2d(tx, 3, 2, 1, return_indices=True)[1])
-        out, indices = F.max_pool2d(tx, 3, 2, 1, return_indices=True)
+        out = F.max_pool2d(tx, 3, 2, 1)
         g, tg = inputs.normal(*out.shape)
-        return Case(label, lambda: oar.ops.max_pool2d_backward(g, x, kernel_size=kernel, stride=stride,
-                                                               padding=padding),
-                    lambda: torch.ops.aten.max_pool2d_with_indices_backward(tg, tx, kernel, stride, padding, [1, 1],
-                                                                           False, indices))
+
+        def torch_backward():  # the op's contract is (grad, x) -> dx: torch finds the argmax too
+            indices = F.max_pool2d(tx, 3, 2, 1, return_indices=True)[1]
+            return torch.ops.aten.max_pool2d_with_indices_backward(tg, tx, kernel, stride, padding, [1, 1], False,
+                                                                   indices)
+        return Case(label + " (torch: indices + backward)",
+                    lambda: oar.ops.max_pool2d_backward(g, x, kernel_size=kernel, stride=stride, padding=padding),
+                    torch_backward)
     kernel, stride, padding = [2, 2], [2, 2], [0, 0]
     label = f"{shape} k2 s2"
     if name == "avg_pool2d":
@@ -387,9 +391,11 @@ def resize_case(name: str, size: str, inputs: Inputs) -> Case:
         if name == "adaptive_avg_pool2d_backward":
             return Case(label, lambda: oar.ops.adaptive_avg_pool2d_backward(g, input_shape=list(shape)),
                         lambda: torch.ops.aten._adaptive_avg_pool2d_backward(tg, tx))
-        indices = F.adaptive_max_pool2d(tx, out, return_indices=True)[1]
-        return Case(label, lambda: oar.ops.adaptive_max_pool2d_backward(g, x),
-                    lambda: torch.ops.aten.adaptive_max_pool2d_backward(tg, tx, indices))
+        def torch_backward():  # the op's contract is (grad, x) -> dx: torch finds the argmax too
+            indices = F.adaptive_max_pool2d(tx, out, return_indices=True)[1]
+            return torch.ops.aten.adaptive_max_pool2d_backward(tg, tx, indices)
+        return Case(label + " (torch: indices + backward)", lambda: oar.ops.adaptive_max_pool2d_backward(g, x),
+                    torch_backward)
     if name.startswith("upsample"):
         out = [2 * spatial[0], 2 * spatial[1]]
         g, tg = inputs.normal(shape[0], shape[1], *out)
