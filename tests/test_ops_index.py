@@ -29,6 +29,8 @@ KEYS = {
     "bool mask": (np.arange(60).reshape(3, 4, 5) % 3 == 0,),
     "bool mask on leading dims": (np.array([[True, False, True, True]] * 3),),
     "ellipsis and mask": (Ellipsis, np.array([True, False, False, True, True])),
+    "every dim, one element each": (np.array([0, 2, -1]), np.array([1, -4, 0]), np.array([4, 0, -2])),
+    "every dim after a slice": (slice(None), np.array([1, -3, 1, 0]), np.array([0, 4, -1, 2])),
 }
 
 

@@ -525,31 +525,42 @@ static oar_status check_advanced_values(const char* op, const advanced_job* job)
   return OAR_SUCCESS;
 }
 
-/* The blocks of item (p, b): in x (the indexed position) and in other. */
-static void advanced_blocks(const advanced_job* job, int64_t item, tensor_view* x_block, tensor_view* other_block) {
+/* Element offsets of item (p, b): in x (the indexed position) and in other. */
+static void advanced_offsets(const advanced_job* job, int64_t item, int64_t* x_offset, int64_t* other_offset) {
   const tensor_view *x = &job->x, *other = &job->other;
   int64_t p = item / job->positions, b = item % job->positions;
-  int dim = job->dim, count = job->count, b_ndim = job->b_ndim;
-  int64_t x_offset = nn_offset_of(p, dim, x->shape, x->strides);
+  int dim = job->dim;
   bool wide = is_int64(&job->indices);
-  for (int j = 0; j < count; j++) {
+  int64_t offset = nn_offset_of(p, dim, x->shape, x->strides);
+  for (int j = 0; j < job->count; j++) {
     int64_t value = nn_load_index(job->indices.data + advanced_index_offset(job, j, b) * job->indices.elem_size,
                                   wide);
     int64_t size = x->shape[dim + j];
-    x_offset += (value < 0 ? value + size : value) * x->strides[dim + j];
+    offset += (value < 0 ? value + size : value) * x->strides[dim + j];
   }
-  int64_t other_offset = nn_offset_of(p, dim, other->shape, other->strides) +
-                         nn_offset_of(b, b_ndim, other->shape + dim, other->strides + dim);
-  int inner = x->ndim - dim - count;
+  *x_offset = offset;
+  *other_offset = nn_offset_of(p, dim, other->shape, other->strides) +
+                  nn_offset_of(b, job->b_ndim, other->shape + dim, other->strides + dim);
+}
+
+/* Dims of x after the indexed ones: each item copies a block of them (none: one element). */
+static int advanced_inner_ndim(const advanced_job* job) { return job->x.ndim - job->dim - job->count; }
+
+/* The blocks of item (p, b): in x (the indexed position) and in other. */
+static void advanced_blocks(const advanced_job* job, int64_t item, tensor_view* x_block, tensor_view* other_block) {
+  const tensor_view *x = &job->x, *other = &job->other;
+  int64_t x_offset, other_offset;
+  advanced_offsets(job, item, &x_offset, &other_offset);
+  int inner = advanced_inner_ndim(job);
   *x_block = *x;
   *other_block = *other;
   x_block->data = x->data + x_offset * x->elem_size;
   other_block->data = other->data + other_offset * other->elem_size;
   x_block->ndim = other_block->ndim = inner;
   for (int d = 0; d < inner; d++) {
-    x_block->shape[d] = other_block->shape[d] = x->shape[dim + count + d];
-    x_block->strides[d] = x->strides[dim + count + d];
-    other_block->strides[d] = other->strides[dim + b_ndim + d];
+    x_block->shape[d] = other_block->shape[d] = x->shape[job->dim + job->count + d];
+    x_block->strides[d] = x->strides[job->dim + job->count + d];
+    other_block->strides[d] = other->strides[job->dim + job->b_ndim + d];
   }
   *x_block = lines_rank1(x_block);
   *other_block = lines_rank1(other_block);
@@ -565,9 +576,41 @@ static oar_status prepare_advanced(const char* op, const kernel_command* cmd, in
   return check_advanced_values(op, job);
 }
 
+/* index with every dim after dim indexed by 1-d (or 0-d) index tensors, x[i, j]: one element per
+   item, walked with running offsets (no per-item division). */
+static void index_elements(const advanced_job* job, int64_t begin, int64_t end) {
+  const tensor_view *x = &job->x, *out = &job->other, *indices = &job->indices;
+  bool wide = is_int64(indices);
+  int64_t index_step = job->b_ndim ? indices->strides[1] : 0, out_step = job->b_ndim ? out->strides[job->dim] : 0;
+  int64_t p = begin / job->positions, b = begin % job->positions;
+  int64_t x_base = nn_offset_of(p, job->dim, x->shape, x->strides);
+  int64_t out_base = nn_offset_of(p, job->dim, out->shape, out->strides);
+  for (int64_t item = begin; item < end; item++) {
+    int64_t x_offset = x_base;
+    for (int j = 0; j < job->count; j++) {
+      int64_t value = nn_load_index(indices->data + (j * indices->strides[0] + b * index_step) * indices->elem_size,
+                                    wide);
+      int64_t size = x->shape[job->dim + j];
+      x_offset += (value < 0 ? value + size : value) * x->strides[job->dim + j];
+    }
+    copy_element(out->data + (out_base + b * out_step) * out->elem_size, x->data + x_offset * x->elem_size,
+                 x->elem_size);
+    if (++b == job->positions) {
+      b = 0;
+      p++;
+      x_base = nn_offset_of(p, job->dim, x->shape, x->strides);
+      out_base = nn_offset_of(p, job->dim, out->shape, out->strides);
+    }
+  }
+}
+
 static void index_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   (void)chunk;
   const advanced_job* job = opaque;
+  if (advanced_inner_ndim(job) == 0 && job->b_ndim <= 1) {
+    index_elements(job, begin, end);
+    return;
+  }
   for (int64_t item = begin; item < end; item++) {
     tensor_view source, target;
     advanced_blocks(job, item, &source, &target);
