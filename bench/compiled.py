@@ -3,6 +3,9 @@ F.rms_norm and vs a device-to-device copy; compile latency cold and from the ker
 Llama-style train step compiled vs eager vs PyTorch eager.
 
     python bench/compiled.py [--device npu] [--repeats 7]
+
+OAR_BENCH_PROFILE=1 also prints where a train step's time goes: the eager step's device time per
+op (oar.profiler) and the compiled step's host Python (cProfile, by own time).
 """
 
 from __future__ import annotations
@@ -128,9 +131,32 @@ def train_step_figures(oar, dev, repeats: int, report) -> None:
     eager_target = 0.9 if dev.type == "opencl" else 0.8
     report("train step: compiled time", t["compiled"] * 1e3, "oar eager", t["eager"] * 1e3, "ms", False, eager_target)
     report("train step: compiled time", t["compiled"] * 1e3, "torch eager", t["torch"] * 1e3, "ms", False, 0.8)
+    if os.environ.get("OAR_BENCH_PROFILE") == "1":
+        profile_train_step(oar, dev, eager, compiled, x, y)
     tokens = batch * seq
     print(f"{'tokens/s':<34} compiled {tokens / t['compiled']:,.0f}, oar eager {tokens / t['eager']:,.0f}, "
           f"torch {tokens / t['torch']:,.0f}")
+
+
+def profile_train_step(oar, dev, eager, compiled, x, y, steps: int = 3) -> None:
+    """The breakdown behind the train-step ratios: device time per op of one eager step, and the
+    host Python of compiled steps (the compiled call still runs the model's Python to see launches)."""
+    import cProfile
+    import pstats
+
+    with oar.profiler.profile() as prof:
+        eager(x, y)
+        oar.synchronize(dev)
+    print(prof.key_averages().table(sort_by="device_time", row_limit=8))
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.enable()
+    for _ in range(steps):
+        compiled(x, y)
+    oar.synchronize(dev)
+    profiler.disable()
+    print(f"compiled step under cProfile: {(time.perf_counter() - start) / steps * 1e3:.1f} ms per step")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
 
 
 def main() -> int:
