@@ -104,6 +104,7 @@ typedef struct resize_job {
   char* out;
   int64_t *row0, *row1, *col0, *col1; /* nearest: row0/col0; bilinear: both taps */
   double *row_l, *col_l;
+  char* column_max; /* adaptive max scratch: per chunk, in_w elements and in_w int32 rows */
 } resize_job;
 
 static inline double plane_load(bool f64, const char* base, int64_t i) {
@@ -124,17 +125,52 @@ static inline adaptive_window window_of(const resize_job* job, int64_t i, int64_
                            adaptive_begin(j, job->in_w, job->out_w), adaptive_end(j, job->in_w, job->out_w)};
 }
 
-/* Where the window's maximum is (the first one; NaN wins, as in torch). */
-static inline int64_t window_argmax(const resize_job* job, const char* x, adaptive_window win, bool f64) {
-  int64_t w = job->in_w, best_at = win.r0 * w + win.c0;
-  double best = plane_load(f64, x, best_at);
-  for (int64_t r = win.r0; r < win.r1; r++)
-    for (int64_t c = win.c0; c < win.c1; c++) {
-      double e = plane_load(f64, x, r * w + c);
-      if (e > best || (isnan(e) && !isnan(best))) best = e, best_at = r * w + c;
-    }
-  return best_at;
-}
+/* Adaptive max pooling of one compact plane x, typed so that the column pass vectorizes:
+   per row of windows, col[c] = the maximum of column c over the window rows and arg[c] the row
+   of its first occurrence (the first NaN wins), one pass over whole rows; then each window's
+   maximum m from its columns. Forward: out = m. Backward (grad given): out, x's plane, gets
+   grad at the window's first element equal to m in row-major order (the first NaN when m is
+   NaN), the element torch's indices name: the smallest (arg[c], c) among columns holding m. */
+#define ADAPTIVE_MAX_PLANE(T, S)                                                                        \
+  REFCPU_VECTOR_CLONES static void adaptive_max_plane_##S(const resize_job* job, const T* x, const T* grad, \
+                                                          T* out, T* restrict col, int32_t* restrict arg) { \
+    int64_t h = job->in_h, w = job->in_w, oh = job->out_h, ow = job->out_w;                            \
+    if (grad) memset(out, 0, (size_t)(h * w) * sizeof(T));                                             \
+    for (int64_t i = 0; i < oh; i++) {                                                                 \
+      int64_t r0 = adaptive_begin(i, h, oh), r1 = adaptive_end(i, h, oh);                               \
+      for (int64_t c = 0; c < w; c++) col[c] = x[r0 * w + c], arg[c] = (int32_t)r0;                     \
+      for (int64_t r = r0 + 1; r < r1; r++)                                                             \
+        for (int64_t c = 0; c < w; c++) {                                                               \
+          T v = x[r * w + c], b = col[c];                                                               \
+          bool take = (v > b) | ((v != v) & (b == b));                                                  \
+          col[c] = take ? v : b;                                                                        \
+          arg[c] = take ? (int32_t)r : arg[c];                                                          \
+        }                                                                                               \
+      for (int64_t j = 0; j < ow; j++) {                                                                \
+        int64_t c0 = adaptive_begin(j, w, ow), c1 = adaptive_end(j, w, ow);                             \
+        T m = col[c0];                                                                                  \
+        bool nan = m != m;                                                                              \
+        for (int64_t c = c0 + 1; c < c1; c++) { /* no branch: a max instruction and a NaN flag */       \
+          m = col[c] > m ? col[c] : m;                                                                  \
+          nan |= col[c] != col[c];                                                                      \
+        }                                                                                               \
+        if (!grad) {                                                                                    \
+          out[i * ow + j] = nan ? (T)NAN : m;                                                           \
+          continue;                                                                                     \
+        }                                                                                               \
+        int64_t at = INT64_MAX;                                                                         \
+        for (int64_t c = c0; c < c1; c++) {                                                             \
+          bool holds = nan ? col[c] != col[c] : col[c] == m;                                            \
+          int64_t key = (int64_t)arg[c] * w + c;                                                        \
+          at = holds & (key < at) ? key : at;                                                           \
+        }                                                                                               \
+        out[at] += grad[i * ow + j];                                                                    \
+      }                                                                                                 \
+    }                                                                                                   \
+  }
+ADAPTIVE_MAX_PLANE(float, f32)
+ADAPTIVE_MAX_PLANE(double, f64)
+#undef ADAPTIVE_MAX_PLANE
 
 /* Output cell (i, j)'s bilinear taps: at[2a + b] is source row a, column b; its weight row_w[a] * col_w[b]. */
 static inline void bilinear_taps(const resize_job* job, int64_t i, int64_t j, int64_t at[4], double row_w[2],
@@ -153,9 +189,7 @@ static inline __attribute__((always_inline)) void resize_forward_plane(const res
   for (int64_t i = 0; i < oh; i++) {
     for (int64_t j = 0; j < ow; j++) {
       double v = 0.0;
-      if (job->kind == RESIZE_ADAPTIVE_MAX) {
-        v = plane_load(f64, x, window_argmax(job, x, window_of(job, i, j), f64));
-      } else if (job->kind == RESIZE_ADAPTIVE_AVG) {
+      if (job->kind == RESIZE_ADAPTIVE_AVG) {
         adaptive_window win = window_of(job, i, j);
         for (int64_t r = win.r0; r < win.r1; r++)
           for (int64_t c = win.c0; c < win.c1; c++) v += plane_load(f64, x, r * w + c);
@@ -181,15 +215,13 @@ static inline void plane_add(bool f64, char* base, int64_t i, double v) {
 
 /* dx (an input plane) = the forward's weights transposed, applied to grad (an output plane). */
 static inline __attribute__((always_inline)) void resize_backward_plane(const resize_job* job, const char* grad,
-                                                                       const char* x, char* dx, bool f64) {
+                                                                       char* dx, bool f64) {
   int64_t h = job->in_h, w = job->in_w, oh = job->out_h, ow = job->out_w;
   memset(dx, 0, (size_t)(h * w) * (f64 ? sizeof(double) : sizeof(float)));
   for (int64_t i = 0; i < oh; i++) {
     for (int64_t j = 0; j < ow; j++) {
       double g = plane_load(f64, grad, i * ow + j);
-      if (job->kind == RESIZE_ADAPTIVE_MAX) {
-        plane_add(f64, dx, window_argmax(job, x, window_of(job, i, j), f64), g);
-      } else if (job->kind == RESIZE_ADAPTIVE_AVG) {
+      if (job->kind == RESIZE_ADAPTIVE_AVG) {
         adaptive_window win = window_of(job, i, j);
         double share = g / (double)((win.r1 - win.r0) * (win.c1 - win.c0));
         for (int64_t r = win.r0; r < win.r1; r++)
@@ -208,16 +240,24 @@ static inline __attribute__((always_inline)) void resize_backward_plane(const re
 }
 
 static void resize_range(void* opaque, int64_t begin, int64_t end, int chunk) {
-  (void)chunk;
   const resize_job* job = opaque;
   size_t size = job->f64 ? sizeof(double) : sizeof(float);
   size_t in_plane = (size_t)(job->in_h * job->in_w) * size, out_plane = (size_t)(job->out_h * job->out_w) * size;
+  /* adaptive max: per chunk, in_w column maxima then in_w int32 rows */
+  char* col = job->column_max ? job->column_max + (size_t)chunk * (size_t)job->in_w * (size + sizeof(int32_t)) : NULL;
+  int32_t* arg = col ? (int32_t*)(col + (size_t)job->in_w * size) : NULL;
   for (int64_t p = begin; p < end; p++) {
     const char* x = job->x ? job->x + p * in_plane : NULL;
-    if (!job->backward && job->f64) resize_forward_plane(job, x, job->out + p * out_plane, true);
-    else if (!job->backward) resize_forward_plane(job, x, job->out + p * out_plane, false);
-    else if (job->f64) resize_backward_plane(job, job->grad + p * out_plane, x, job->out + p * in_plane, true);
-    else resize_backward_plane(job, job->grad + p * out_plane, x, job->out + p * in_plane, false);
+    const char* grad = job->backward ? job->grad + p * out_plane : NULL;
+    char* out = job->out + p * (job->backward ? in_plane : out_plane);
+    if (job->kind == RESIZE_ADAPTIVE_MAX && job->f64)
+      adaptive_max_plane_f64(job, (const double*)x, (const double*)grad, (double*)out, (double*)col, arg);
+    else if (job->kind == RESIZE_ADAPTIVE_MAX)
+      adaptive_max_plane_f32(job, (const float*)x, (const float*)grad, (float*)out, (float*)col, arg);
+    else if (!job->backward && job->f64) resize_forward_plane(job, x, out, true);
+    else if (!job->backward) resize_forward_plane(job, x, out, false);
+    else if (job->f64) resize_backward_plane(job, grad, out, true);
+    else resize_backward_plane(job, grad, out, false);
   }
 }
 
@@ -250,14 +290,23 @@ static oar_status run_resize(const kernel_command* cmd, const char* op, resize_k
   if (status == OAR_SUCCESS && x_view) status = compact_input(op, x_view, &job.x, &x_owned);
   if (status == OAR_SUCCESS && grad_view) status = compact_input(op, grad_view, &job.grad, &grad_owned);
   if (status == OAR_SUCCESS) status = compact_output(op, out, &job.out, &out_owned);
+  double window = kind == RESIZE_ADAPTIVE_AVG || kind == RESIZE_ADAPTIVE_MAX
+                      ? (double)(job.in_h * job.in_w) / (double)(job.out_h * job.out_w) + 1.0 : 4.0;
+  int chunks = nn_chunk_count(planes, window * (double)(job.out_h * job.out_w));
+  if (status == OAR_SUCCESS && kind == RESIZE_ADAPTIVE_MAX && job.in_h > INT32_MAX) /* arg rows are int32 */
+    status = refcpu_fail(OAR_ERROR_INVALID_ARGUMENT, "kernel_launch: %s: x has %lld rows, more than 2^31 - 1", op,
+                         (long long)job.in_h);
+  if (status == OAR_SUCCESS && kind == RESIZE_ADAPTIVE_MAX) {
+    job.column_max = malloc((size_t)chunks * (size_t)job.in_w * ((size_t)out->elem_size + sizeof(int32_t)));
+    if (!job.column_max) status = out_of_memory(op);
+  }
   if (status == OAR_SUCCESS) {
-    double window = kind == RESIZE_ADAPTIVE_AVG || kind == RESIZE_ADAPTIVE_MAX
-                        ? (double)(job.in_h * job.in_w) / (double)(job.out_h * job.out_w) + 1.0 : 4.0;
-    nn_parallel_for(planes, nn_chunk_count(planes, window * (double)(job.out_h * job.out_w)), resize_range, &job);
+    nn_parallel_for(planes, chunks, resize_range, &job);
     finish_output(out, out_owned);
   } else {
     free(out_owned);
   }
+  free(job.column_max);
   free(x_owned);
   free(grad_owned);
   free(table);
