@@ -247,3 +247,31 @@ def test_unadjacent_index_tensors_still_match_cpu_through_the_fallback(npu):
     x = torch.randn(3, 4, 5)
     rows, cols = torch.tensor([0, 2]), torch.tensor([1, 3])
     torch.testing.assert_close(x.to(npu)[rows.to(npu), :, cols.to(npu)].cpu(), x[rows, :, cols], rtol=0, atol=0)
+
+
+# the ops compiled graphs are full of (copies, casts, constants, padding): each runs as Oar ops
+GRAPH_OP_CASES = {
+    "clone": lambda t: torch.ops.aten.clone.default(t(3, 4).t()),
+    "lift_fresh_copy": lambda t: torch.ops.aten.lift_fresh_copy.default(t(2, 3)),
+    "_to_copy_dtype": lambda t: torch.ops.aten._to_copy.default(t(2, 3) * 4, dtype=torch.int32),
+    "_to_copy_same": lambda t: torch.ops.aten._to_copy.default(t(2, 3)),
+    "scalar_tensor": lambda t: torch.ops.aten.scalar_tensor.default(2.5, dtype=torch.float32, device=t(1).device),
+    "full": lambda t: torch.ops.aten.full.default([2, 3], 7, device=t(1).device),
+    "full_float": lambda t: torch.ops.aten.full.default([2], -1.5, dtype=torch.float32, device=t(1).device),
+    "full_like": lambda t: torch.ops.aten.full_like.default(t(2, 3), 0.25),
+    "arange": lambda t: torch.ops.aten.arange.start_step(2, 11, 3, device=t(1).device),
+    "constant_pad_nd": lambda t: torch.ops.aten.constant_pad_nd.default(t(2, 3, 4), [1, 2, 0, 1], 3.0),
+}
+
+
+@pytest.mark.parametrize("name", list(GRAPH_OP_CASES))
+def test_graph_ops_run_natively_and_match_cpu(npu, name):
+    import oar.torch
+
+    fn = GRAPH_OP_CASES[name]
+    expected = fn(_seeded("cpu"))
+    oar.torch.reset_fallback_stats()
+    got = fn(_seeded(npu))
+    assert oar.torch.fallback_stats() == {}
+    assert got.device.type == npu and got.dtype == expected.dtype and got.shape == expected.shape
+    torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)

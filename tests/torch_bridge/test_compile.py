@@ -85,3 +85,24 @@ def test_compiled_batch_norm_training_matches_cpu_with_running_stats(npu, privat
     for b_cpu, b_npu in zip(cpu_model.buffers(), npu_model.buffers()):
         torch.testing.assert_close(b_npu.cpu(), b_cpu, rtol=1e-5, atol=1e-6)
     assert "forward graph:" in report and "_native_batch_norm_legit_functional" not in report, report
+
+
+def test_compiled_attention_block_has_no_eager_nodes(npu, private_kernel_cache):
+    # a GPT-2-style block (causal mask from arange/full, dropout-free, padding): every graph node lowers
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(8)
+            self.qkv = torch.nn.Linear(8, 24)
+
+        def forward(self, x):
+            q, k, v = self.qkv(self.norm(x)).split(8, dim=-1)
+            seq = x.shape[1]
+            mask = torch.arange(seq, device=x.device)[None, :] > torch.arange(seq, device=x.device)[:, None]
+            scores = (q @ k.transpose(-1, -2)).masked_fill(mask, torch.finfo(x.dtype).min)
+            out = torch.nn.functional.pad(scores.softmax(-1) @ v, (0, 1), value=0.5)
+            return out.to(torch.float32).clone()
+
+    _, _, report = _compiled_twin(npu, Block, torch.randn(2, 5, 8), 1e-4, 1e-5)
+    assert "forward graph:" in report and "backward graph:" in report, report
+    assert "eager:" not in report, report

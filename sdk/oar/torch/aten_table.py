@@ -393,6 +393,79 @@ def _scatter_value(x: Any, dim: int, index: Any, value: Any) -> Any:
     return _ops().scatter(x, index, source, dim=dim)
 
 
+def _copy_of(self: Any, *, memory_format: Any = None) -> Any:
+    # clone / lift_fresh_copy: a fresh contiguous copy (torch's default memory format)
+    return _ops().copy(self)
+
+
+def _factory_device(device: Any) -> str:
+    from oar.torch import bridge_tensor as bt
+
+    if device is not None and torch.device(device).type != bt.device_type():
+        raise _Unmapped(f"a factory for device {device}")
+    return bt.oar_device(None if device is None else torch.device(device).index)
+
+
+def _factory_dtype(dtype: Any, value: Any, where: str) -> Any:
+    from oar.torch import bridge_tensor as bt
+
+    if dtype is None and isinstance(value, bool):
+        dtype = torch.bool  # torch.full infers the dtype of a bool or int fill value
+    elif dtype is None and isinstance(value, int):
+        dtype = torch.int64
+    return bt.oar_dtype(dtype, where)
+
+
+def _to_copy(self: Any, *, dtype: Any = None, layout: Any = None, device: Any = None, pin_memory: Any = None,
+             non_blocking: bool = False, memory_format: Any = None) -> Any:
+    from oar.torch import bridge_tensor as bt
+
+    if device is not None and torch.device(device).type != bt.device_type():
+        raise _Unmapped("_to_copy to another device")  # the CPU fallback does the transfer
+    if dtype is None or bt.oar_dtype(dtype, "_to_copy") == self.dtype:
+        return _ops().copy(self)
+    return _ops().cast(self, dtype=bt.oar_dtype(dtype, "_to_copy"))
+
+
+def _scalar_tensor(value: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+                   pin_memory: Any = None) -> Any:
+    import oar
+    from oar.torch import bridge_tensor as bt
+
+    return oar.full([], value, dtype=bt.oar_dtype(dtype, "scalar_tensor"), device=_factory_device(device))
+
+
+def _full(size: Any, value: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+          pin_memory: Any = None) -> Any:
+    import oar
+
+    return oar.full(list(size), value, dtype=_factory_dtype(dtype, value, "full"), device=_factory_device(device))
+
+
+def _full_like(self: Any, value: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+               pin_memory: Any = None, memory_format: Any = None) -> Any:
+    import oar
+    from oar.torch import bridge_tensor as bt
+
+    return oar.full(list(self.shape), value, dtype=self.dtype if dtype is None else bt.oar_dtype(dtype, "full_like"),
+                    device=self.device if device is None else _factory_device(device))
+
+
+def _arange(start: Any, end: Any, step: Any = 1, *, dtype: Any = None, layout: Any = None, device: Any = None,
+            pin_memory: Any = None) -> Any:
+    import oar
+    from oar.torch import bridge_tensor as bt
+
+    if not all(isinstance(v, int) for v in (start, end, step)) or (dtype is not None and dtype.is_floating_point):
+        raise _Unmapped("a float arange")  # torch computes float ranges in double: the CPU keeps them exact
+    return oar.arange(start, end, step, dtype=bt.oar_dtype(torch.int64 if dtype is None else dtype, "arange"),
+                      device=_factory_device(device))
+
+
+def _constant_pad_nd(self: Any, pad: Any, value: Any = 0) -> Any:
+    return _ops().pad(self, pad=list(pad), mode="constant", value=float(value))
+
+
 def _lerp(start: Any, end: Any, weight: Any) -> Any:
     ops = _ops()
     return ops.add(start, ops.mul(ops.sub(end, start), weight))
@@ -548,6 +621,14 @@ COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
     "embedding_dense_backward.default": (("index_add", "reshape", "ne", "cast", "mul"), _embedding_dense_backward),
     "isneginf.default": (("eq",), _isneginf),
     "scatter.value": (("scatter", "full"), _scatter_value),
+    "clone.default": (("copy",), _copy_of),
+    "lift_fresh_copy.default": (("copy",), _copy_of),
+    "_to_copy.default": (("copy", "cast"), _to_copy),
+    "scalar_tensor.default": (("full",), _scalar_tensor),
+    "full.default": (("full",), _full),
+    "full_like.default": (("full",), _full_like),
+    "constant_pad_nd.default": (("pad",), _constant_pad_nd),
+    "arange.start_step": (("arange",), _arange),
     "lerp.Scalar": (("add", "sub", "mul"), _lerp),
     "lerp.Tensor": (("add", "sub", "mul"), _lerp),
     "addcmul.default": (("add", "mul"), _addcmul),

@@ -18,6 +18,7 @@ from oar.torch.random_ops import RANDOM_KERNELS
 __all__ = ["install_kernels", "native_ops"]
 
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_COMPOSITE_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd)
 _libraries: list[torch.library.Library] = []  # kept alive: dropping one unregisters its kernels
 
 
@@ -96,6 +97,19 @@ def _mapped_kernel(mapping: Mapping, op: Any):
         return _wrap_result(result)
 
     return kernel
+
+
+def _transfer_aware(kernel: Any, op: Any):
+    """_to_copy also carries CPU <-> device transfers: those run torch's own composite (empty + copy_),
+    device-to-device copies and casts the mapped kernel."""
+
+    def run(self: torch.Tensor, **kwargs: Any) -> Any:
+        device = kwargs.get("device")
+        if not _bt.is_bridged(self) or (device is not None and torch.device(device).type != _bt.device_type()):
+            return op.redispatch(_COMPOSITE_KEYS, self, **kwargs)
+        return kernel(self, **kwargs)
+
+    return run
 
 
 def _inplace_kernel(mapping: Mapping, op: Any, functional: Any):
@@ -290,7 +304,10 @@ def install_kernels() -> None:
     for name, mapping in table.items():
         base, overload = name.split(".")
         functional = getattr(getattr(torch.ops.aten, base), overload)
-        impl.impl(_registration_name(name), _on_bridge_stream(_mapped_kernel(mapping, functional)), "PrivateUse1")
+        kernel = _mapped_kernel(mapping, functional)
+        if name == "_to_copy.default":
+            kernel = _transfer_aware(kernel, functional)
+        impl.impl(_registration_name(name), _on_bridge_stream(kernel), "PrivateUse1")
         out = _out_overload(base, overload)
         if out is not None and f"{base}.{out[0]._overloadname}" not in table:
             impl.impl(f"{base}.{out[0]._overloadname}",
