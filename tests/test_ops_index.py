@@ -114,6 +114,17 @@ def test_op_directly_matches_numpy_reference():
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float16", "int8"])
+def test_index_of_single_elements_on_a_strided_x(dtype):
+    # every dim from dim on indexed: the kernel's per-element path, on a transposed (strided) x
+    x = (RNG.standard_normal((5, 7, 6)) * 20).astype(dtype)
+    indices = np.stack([RNG.integers(-6, 6, (3, 4)), RNG.integers(-7, 7, (3, 4))]).astype(np.int32)
+    got = oar.index(oar.tensor(x).transpose(1, 2), oar.tensor(indices), dim=1).numpy()
+    want = x.transpose(0, 2, 1)[:, indices[0], indices[1]]
+    assert got.shape == want.shape == (5, 3, 4)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_out_of_range_index_is_a_clear_error():
     x = oar.zeros(3, 4)
     with pytest.raises(Exception, match=r"kernel index: index -5 .* out of range for dim 0 of x \(size 3\)"):

@@ -503,8 +503,10 @@ static oar_status check_advanced(const char* op, const kernel_command* cmd, int6
 
 /* Element offset (in indices) of index tensor j at position b of B. */
 static int64_t advanced_index_offset(const advanced_job* job, int j, int64_t b) {
-  return j * job->indices.strides[0] +
-         nn_offset_of(b, job->b_ndim, job->indices.shape + 1, job->indices.strides + 1);
+  /* one B dim (the usual case): b * stride, without nn_offset_of's division per value */
+  int64_t b_offset = job->b_ndim == 1 ? b * job->indices.strides[1]
+                                      : nn_offset_of(b, job->b_ndim, job->indices.shape + 1, job->indices.strides + 1);
+  return j * job->indices.strides[0] + b_offset;
 }
 
 /* Every index value in [-size, size) of its dim, before anything is written. */
