@@ -10,17 +10,20 @@ takes a training step on the device and on torch's CPU with the same weights: lo
 and every gradient within 1e-4 of its largest element. The ATen ops that fell back are listed in
 the result.
 
-``torch.zoo.<model>`` / ``torch.zoo_full.<model>`` (registered with ``OAR_TORCH_ZOO_FULL=1``): real models (torchvision ResNet-18, ResNet-50,
+``torch.zoo.<model>`` / ``torch.zoo_full.<model>`` (``conformance run --size full`` runs the second instead
+of the first): real models (torchvision ResNet-18, ResNet-50,
 MobileNetV3-small, ViT-B/16; Hugging Face BERT; random init) take a training step (forward, backward,
 AdamW) on the device and on torch's CPU from the same weights and batch, at the zoo's quick size and
 at its full size (see torch_zoo for the sizes and tolerances). Each passes (all ops native), reports
 ``fallback`` naming the ATen ops that ran on the CPU, or fails naming what differs; the details
 hold the errors and the fallback counts.
+
+``--quick`` (quick_ids) runs one per-op check per op family, the MLP and two zoo models at the quick size.
 """
 
 from __future__ import annotations
 
-import os
+import re
 import warnings
 from typing import Any, Callable
 
@@ -247,6 +250,51 @@ def run_zoo(ctx: RuntimeContext, name: str, size: str) -> None:
                        f"fallback: {', '.join(sorted(result.fallback_ops))}")
 
 
+_ZOO_PREFIXES = {"quick": "torch.zoo", "full": "torch.zoo_full"}  # --size: which of a zoo model's tests run
+
+# op families of the quick tier: a regular expression on the test id's ATen name (first match wins;
+# the rest are elementwise)
+_FAMILIES = (
+    ("backward", r".*_backward"),
+    ("matmul", r"(mm|bmm|addmm)_"),
+    ("convolution_pooling", r"(convolution|adaptive_avg_pool|max_pool)"),
+    ("normalization", r"native_(batch|layer)_norm"),
+    ("softmax_loss", r"(softmax|log_softmax|nll_loss)"),
+    ("reduction", r"(sum|mean|amax|amin|argmax|var|all|any|max|min)_(default|dim|dims|correction|intlist)"),
+    ("indexing", r"(gather|index|scatter|embedding|cat|where|tril|triu)_"),
+    ("comparison_logical", r"(eq|ne|lt|le|gt|ge|isnan|isneginf|logical_\w+|bitwise_\w+)_"),
+)
+# zoo models of the quick tier, at the quick size: a CNN with batch norm and a transformer
+_QUICK_ZOO = ("torch.zoo.mobilenet_v3_small", "torch.zoo.bert")
+_QUICK_MODELS = ("torch.model.mlp",)
+
+
+def op_family(test_id: str) -> str:
+    """The op family of a ``torch.aten.*`` test id (the quick tier samples one per family)."""
+    name = test_id[len("torch.aten."):] if test_id.startswith("torch.aten.") else test_id
+    for family, pattern in _FAMILIES:
+        if re.match(pattern, name):
+            return family
+    return "elementwise"
+
+
+def quick_ids(test_ids: list[str]) -> list[str]:
+    """The quick tier: the first per-op check of each op family, the MLP, two zoo models (quick size)."""
+    chosen: dict[str, str] = {}
+    for test_id in sorted(test_ids):
+        if test_id.startswith("torch.aten."):
+            chosen.setdefault(op_family(test_id), test_id)
+    return sorted(chosen.values()) + [t for t in test_ids if t in _QUICK_MODELS + _QUICK_ZOO]
+
+
+def sized_ids(test_ids: list[str], size: str) -> list[str]:
+    """The tests a run at ``--size SIZE`` keeps: the zoo at that size, every other test."""
+    if size not in _ZOO_PREFIXES:
+        raise ValueError(f"unknown size {size!r}; sizes: {', '.join(_ZOO_PREFIXES)}")
+    other = [prefix + "." for key, prefix in _ZOO_PREFIXES.items() if key != size]
+    return [t for t in test_ids if not any(t.startswith(prefix) for prefix in other)]
+
+
 def _register() -> None:
     from oar.torch.aten_table import mapped_ops
 
@@ -266,11 +314,8 @@ def _register() -> None:
         conformance_test(f"torch.model.{model}")(train)
     from oar_conformance.levels.torch_zoo import ZOO
 
-    sizes = [("quick", "torch.zoo")]
-    if os.environ.get("OAR_TORCH_ZOO_FULL") == "1":  # minutes on a CPU: for real hardware or a release run
-        sizes.append(("full", "torch.zoo_full"))
     for model in ZOO:
-        for size, prefix in [(size, prefix) for size, prefix in sizes if size in ZOO[model].sizes]:
+        for size, prefix in [(size, prefix) for size, prefix in _ZOO_PREFIXES.items() if size in ZOO[model].sizes]:
             def zoo(ctx: RuntimeContext, model: str = model, size: str = size) -> None:
                 run_zoo(ctx, model, size)
 
