@@ -36,7 +36,7 @@ def _levels(text: str | None) -> list[str]:
         raise click.BadParameter(str(error), param_hint="--level") from error
 
 
-def _select(level_names: list[str], quick: bool, pattern: str | None, size: str = "quick"):
+def _select(level_names: list[str], quick: bool, pattern: str | None, size: str | None = "quick"):
     try:
         return tiers.select(level_names, quick=quick, pattern=pattern, size=size)
     except ValueError as error:
@@ -214,10 +214,12 @@ def run(device, plugin, level_text, quick, pattern, size, jobs, timeout, expecte
 @click.option("--level", "level_text", default="all", show_default=True, help="Comma-separated levels.")
 @click.option("--quick", is_flag=True, help="Only the frozen basic subset.")
 @click.option("--filter", "pattern", default=None, help="Only ids matching this regular expression.")
+@click.option("--size", type=click.Choice(tiers.SIZES), default=None,
+              help="Only the torch zoo's tests of this model size (default: both sizes).")
 @click.option("--verbose", "-v", is_flag=True, help="Also what each test needs (entries, capabilities, devices).")
-def list_tests(level_text, quick, pattern, verbose):
+def list_tests(level_text, quick, pattern, size, verbose):
     """Print every test id, one a line."""
-    for test in _select(_levels(level_text), quick, pattern):
+    for test in _select(_levels(level_text), quick, pattern, size):
         if not verbose:
             click.echo(test.id)
             continue

@@ -24,9 +24,9 @@ SIZES = ("quick", "full")  # --size: the model sizes of a level that has several
 
 
 def select(level_names: list[str], *, quick: bool = False, pattern: str | None = None,
-           size: str = "quick") -> list[TestCase]:
+           size: str | None = "quick") -> list[TestCase]:
     """Registered tests of the levels, in level order then id order, at the model size ``size``
-    (a level's ``sized_ids``); ValueError for a bad pattern."""
+    (a level's ``sized_ids``; None: every size); ValueError for a bad pattern."""
     for name in level_names:
         levels.load(name)
     regex = None
@@ -41,7 +41,7 @@ def select(level_names: list[str], *, quick: bool = False, pattern: str | None =
         wanted = frozen
         level_ids = [test.id for test in REGISTRY.tests(name)]
         sized = getattr(levels.load(name), "sized_ids", None)
-        if sized is not None:  # a level with models at several sizes keeps those of --size
+        if sized is not None and size is not None:  # a level with models at several sizes keeps those of --size
             level_ids = sized(level_ids, size)
         sample = getattr(levels.load(name), "quick_ids", None)
         if quick and sample is not None:  # a generated level samples its own quick tier

@@ -18,7 +18,8 @@ at its full size (see torch_zoo for the sizes and tolerances). Each passes (all 
 ``fallback`` naming the ATen ops that ran on the CPU, or fails naming what differs; the details
 hold the errors and the fallback counts.
 
-``--quick`` (quick_ids) runs one per-op check per op family, the MLP and two zoo models at the quick size.
+``--quick`` (quick.txt) runs one per-op check per op family (op_family), the MLP and two zoo models at the
+quick size.
 """
 
 from __future__ import annotations
@@ -252,8 +253,8 @@ def run_zoo(ctx: RuntimeContext, name: str, size: str) -> None:
 
 _ZOO_PREFIXES = {"quick": "torch.zoo", "full": "torch.zoo_full"}  # --size: which of a zoo model's tests run
 
-# op families of the quick tier: a regular expression on the test id's ATen name (first match wins;
-# the rest are elementwise)
+# op families (quick.txt samples one per-op check of each): a regular expression on the ATen name
+# of the test id (first match wins; the rest are elementwise)
 _FAMILIES = (
     ("backward", r".*_backward"),
     ("matmul", r"(mm|bmm|addmm)_"),
@@ -264,27 +265,13 @@ _FAMILIES = (
     ("indexing", r"(gather|index|scatter|embedding|cat|where|tril|triu)_"),
     ("comparison_logical", r"(eq|ne|lt|le|gt|ge|isnan|isneginf|logical_\w+|bitwise_\w+)_"),
 )
-# zoo models of the quick tier, at the quick size: a CNN with batch norm and a transformer
-_QUICK_ZOO = ("torch.zoo.mobilenet_v3_small", "torch.zoo.bert")
-_QUICK_MODELS = ("torch.model.mlp",)
-
-
 def op_family(test_id: str) -> str:
-    """The op family of a ``torch.aten.*`` test id (the quick tier samples one per family)."""
+    """The op family of a ``torch.aten.*`` test id (quick.txt holds one per-op check of each)."""
     name = test_id[len("torch.aten."):] if test_id.startswith("torch.aten.") else test_id
     for family, pattern in _FAMILIES:
         if re.match(pattern, name):
             return family
     return "elementwise"
-
-
-def quick_ids(test_ids: list[str]) -> list[str]:
-    """The quick tier: the first per-op check of each op family, the MLP, two zoo models (quick size)."""
-    chosen: dict[str, str] = {}
-    for test_id in sorted(test_ids):
-        if test_id.startswith("torch.aten."):
-            chosen.setdefault(op_family(test_id), test_id)
-    return sorted(chosen.values()) + [t for t in test_ids if t in _QUICK_MODELS + _QUICK_ZOO]
 
 
 def sized_ids(test_ids: list[str], size: str) -> list[str]:
@@ -293,6 +280,34 @@ def sized_ids(test_ids: list[str], size: str) -> list[str]:
         raise ValueError(f"unknown size {size!r}; sizes: {', '.join(_ZOO_PREFIXES)}")
     other = [prefix + "." for key, prefix in _ZOO_PREFIXES.items() if key != size]
     return [t for t in test_ids if not any(t.startswith(prefix) for prefix in other)]
+
+
+# how a per-op check's status reads in the report's ATen-op table
+_OP_OUTCOME = {"pass": "native", "fallback": "fallback", "fail": "fail", "error": "fail", "skip": "skip"}
+
+
+def report_extras(results: list[dict]) -> dict:
+    """The report's tables: one row per model (size, float32 forward error, training-step status, the
+    ATen ops that fell back, named) and one per ATen op (native / fallback / fail), with the counts."""
+    models, ops = [], []
+    for result in results:
+        details = result.get("details") or {}
+        kind, _, name = result["id"][len("torch."):].partition(".")
+        if kind == "aten":
+            ops.append({"op": name, "oar_op": details.get("oar_op"), "status": result["status"],
+                        "outcome": _OP_OUTCOME.get(result["status"], result["status"]),
+                        "message": result.get("message", "")})
+        elif kind in ("model", "zoo", "zoo_full"):
+            float32 = details.get("float32") or {}
+            models.append({"model": name, "size": details.get("size", "small"), "status": result["status"],
+                           "forward_error": float32.get("max_output_error"),
+                           "fallback_ops": sorted(details.get("fallback_ops") or []),
+                           "message": result.get("message", "")})
+    models.sort(key=lambda row: (not row["fallback_ops"], row["model"]))  # models with fallbacks first
+    counts: dict[str, int] = {}
+    for row in ops:
+        counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
+    return {"models": models, "ops": sorted(ops, key=lambda row: row["op"]), "op_counts": counts}
 
 
 def _register() -> None:
