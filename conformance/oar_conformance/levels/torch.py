@@ -87,7 +87,23 @@ _SAMPLES: dict[str, Callable[[Any], tuple]] = {
     "nll_loss_forward.default": lambda t: (t.randn(3, 4).log_softmax(1), t.tensor([0, 3, -100]), None, 1, -100),
     "nll_loss_backward.default": lambda t: (t.tensor(1.5), t.randn(3, 4).log_softmax(1), t.tensor([0, 3, -100]), None, 1,
                                             -100, t.tensor(2.0)),
+    "convolution_backward.default": lambda t: (t.randn(1, 3, 5, 5), t.randn(1, 2, 5, 5), t.randn(3, 2, 3, 3), [3],
+                                               [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]),
+    "index.Tensor": lambda t: (t.randn(4, 3), [t.tensor([3, 0, 1])]),
+    "index_put.default": lambda t: (t.randn(4, 3), [t.tensor([0, 2])], t.randn(2, 3), False),
+    "_index_put_impl.default": lambda t: (t.randn(4, 3), [t.tensor([0, 2, 0])], t.randn(3, 3), True, False),
+    "max_pool2d_with_indices.default": lambda t: (t.randn(1, 2, 6, 6), [2, 2], [2, 2], [0, 0], [1, 1], False),
+    "max_pool2d_with_indices_backward.default": lambda t: _max_pool_backward_sample(t),
+    "_native_batch_norm_legit_functional.default": lambda t: (t.randn(2, 3, 4, 4), t.randn(3), t.randn(3), t.zeros(3),
+                                                              t.ones(3), True, 0.1, 1e-5),
 }
+
+
+def _max_pool_backward_sample(t: Any) -> tuple:
+    x = t.randn(1, 2, 6, 6)
+    out, indices = t.ops.aten.max_pool2d_with_indices.default(x, [2, 2], [2, 2], [0, 0], [1, 1], False)
+    return t.randn_like(out), x, [2, 2], [2, 2], [0, 0], [1, 1], False, indices
+
 
 def _convolution_backward_reference(grad, x, weight, *rest):
     import torch
@@ -130,6 +146,13 @@ def _generated_sample(torch: Any, op: Any) -> tuple:
     return tuple(args)
 
 
+def sample_inputs(torch: Any, name: str) -> tuple:
+    """The CPU sample arguments of ATen overload ``name`` ("add.Tensor"); Skip where none can be made."""
+    base, overload = name.split(".")
+    op = getattr(getattr(torch.ops.aten, base), overload)
+    return _SAMPLES[name](torch) if name in _SAMPLES else _generated_sample(torch, op)
+
+
 def _to(torch: Any, value: Any, device: str) -> Any:
     from torch.utils._pytree import tree_map
 
@@ -152,7 +175,7 @@ def run_aten(ctx: RuntimeContext, name: str) -> None:
     base, overload = name.split(".")
     op = getattr(getattr(torch.ops.aten, base), overload)
     torch.manual_seed(0)
-    sample = _SAMPLES[name](torch) if name in _SAMPLES else _generated_sample(torch, op)
+    sample = sample_inputs(torch, name)
     reference = _CPU_REFERENCE.get(name, op)
     expected = reference(*_to(torch, sample, "cpu"))
     before = sum(oar.torch.fallback_stats().values())
