@@ -36,9 +36,9 @@ def _levels(text: str | None) -> list[str]:
         raise click.BadParameter(str(error), param_hint="--level") from error
 
 
-def _select(level_names: list[str], quick: bool, pattern: str | None):
+def _select(level_names: list[str], quick: bool, pattern: str | None, size: str | None = "quick"):
     try:
-        return tiers.select(level_names, quick=quick, pattern=pattern)
+        return tiers.select(level_names, quick=quick, pattern=pattern, size=size)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--filter") from error
 
@@ -119,6 +119,9 @@ def _plugin_environment(device: str, plugin: str | None, timeout: float, sanitiz
                    f"{', '.join(levels.OPT_IN_LEVELS)}.")
 @click.option("--quick", is_flag=True, help="Only the frozen basic subset (quick.txt).")
 @click.option("--filter", "pattern", default=None, help="Only tests whose id matches this regular expression.")
+@click.option("--size", type=click.Choice(tiers.SIZES), default="quick", show_default=True,
+              help="Model sizes of the torch zoo: quick (CI-sized, seconds on a CPU) or full (ViT-B/16 itself, "
+                   "wider BERT, ResNet-50: for real hardware, minutes on a CPU).")
 @click.option("--jobs", type=click.IntRange(1, 256), default=lambda: os.cpu_count() or 1, show_default="CPUs",
               help="Worker processes.")
 @click.option("--timeout", type=_Seconds(), default=120.0, show_default=True,
@@ -139,7 +142,7 @@ def _plugin_environment(device: str, plugin: str | None, timeout: float, sanitiz
               help="Run the workers with the AddressSanitizer runtime preloaded (for plugins built with it); "
                    "reports and the plugin's leaks fail the tests they belong to.")
 @click.option("--progress/--no-progress", default=None, help="Live progress display (default: on a terminal).")
-def run(device, plugin, level_text, quick, pattern, jobs, timeout, expected_path, junit_path, json_path, html_path,
+def run(device, plugin, level_text, quick, pattern, size, jobs, timeout, expected_path, junit_path, json_path, html_path,
         fault_ops, nranks, sanitize, progress):
     """Run the suite against the plugin of DEVICE."""
     from oar_conformance.reports import console as console_report
@@ -147,7 +150,7 @@ def run(device, plugin, level_text, quick, pattern, jobs, timeout, expected_path
 
     console = Console(highlight=False)
     level_names = _levels(level_text)
-    tests = _select(level_names, quick, pattern)
+    tests = _select(level_names, quick, pattern, size)
     if not tests:
         scope = f"level(s) {', '.join(level_names)}{' (quick)' if quick else ''}"
         raise click.UsageError(f"--filter {pattern!r} selects no test of {scope}: nothing to run "
@@ -169,7 +172,7 @@ def run(device, plugin, level_text, quick, pattern, jobs, timeout, expected_path
             raise HarnessError(str(error)) from error
     plugin_info = _plugin_environment(device, plugin, timeout, sanitize)
     options = {"device": device, "plugin": plugin_info["path"], "levels": level_names, "quick": quick,
-               "filter": pattern, "jobs": jobs, "timeout_s": timeout, "expected": expected_path,
+               "filter": pattern, "size": size, "jobs": jobs, "timeout_s": timeout, "expected": expected_path,
                "fault_ops": list(fault_ops), "nranks": nranks, "sanitize": sanitize}
     console_report.print_environment(console, plugin_info, options)
     config = {"plugin": plugin_info["path"], "device_type": device, "fault_ops": list(fault_ops), "nranks": nranks,
@@ -211,10 +214,12 @@ def run(device, plugin, level_text, quick, pattern, jobs, timeout, expected_path
 @click.option("--level", "level_text", default="all", show_default=True, help="Comma-separated levels.")
 @click.option("--quick", is_flag=True, help="Only the frozen basic subset.")
 @click.option("--filter", "pattern", default=None, help="Only ids matching this regular expression.")
+@click.option("--size", type=click.Choice(tiers.SIZES), default=None,
+              help="Only the torch zoo's tests of this model size (default: both sizes).")
 @click.option("--verbose", "-v", is_flag=True, help="Also what each test needs (entries, capabilities, devices).")
-def list_tests(level_text, quick, pattern, verbose):
+def list_tests(level_text, quick, pattern, size, verbose):
     """Print every test id, one a line."""
-    for test in _select(_levels(level_text), quick, pattern):
+    for test in _select(_levels(level_text), quick, pattern, size):
         if not verbose:
             click.echo(test.id)
             continue

@@ -9,7 +9,7 @@ import re
 from oar_conformance import levels
 from oar_conformance.registry import REGISTRY, TestCase
 
-__all__ = ["QUICK_FILE", "quick_ids", "select"]
+__all__ = ["QUICK_FILE", "SIZES", "quick_ids", "select"]
 
 QUICK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quick.txt")
 
@@ -20,8 +20,13 @@ def quick_ids() -> list[str]:
         return [line.split("#", 1)[0].strip() for line in file if line.split("#", 1)[0].strip()]
 
 
-def select(level_names: list[str], *, quick: bool = False, pattern: str | None = None) -> list[TestCase]:
-    """Registered tests of the levels, in level order then id order; ValueError for a bad pattern."""
+SIZES = ("quick", "full")  # --size: the model sizes of a level that has several (the torch zoo)
+
+
+def select(level_names: list[str], *, quick: bool = False, pattern: str | None = None,
+           size: str | None = "quick") -> list[TestCase]:
+    """Registered tests of the levels, in level order then id order, at the model size ``size``
+    (a level's ``sized_ids``; None: every size); ValueError for a bad pattern."""
     for name in level_names:
         levels.load(name)
     regex = None
@@ -34,10 +39,17 @@ def select(level_names: list[str], *, quick: bool = False, pattern: str | None =
     selected = []
     for name in level_names:
         wanted = frozen
+        level_ids = [test.id for test in REGISTRY.tests(name)]
+        sized = getattr(levels.load(name), "sized_ids", None)
+        if sized is not None and size is not None:  # a level with models at several sizes keeps those of --size
+            level_ids = sized(level_ids, size)
         sample = getattr(levels.load(name), "quick_ids", None)
         if quick and sample is not None:  # a generated level samples its own quick tier
-            wanted = set(sample([test.id for test in REGISTRY.tests(name)]))
+            wanted = set(sample(level_ids))
+        kept = set(level_ids)
         for test in REGISTRY.tests(name):
+            if test.id not in kept:
+                continue
             if wanted is not None and test.id not in wanted:
                 continue
             if regex is not None and not regex.search(test.id):

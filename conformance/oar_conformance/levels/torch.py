@@ -10,17 +10,21 @@ takes a training step on the device and on torch's CPU with the same weights: lo
 and every gradient within 1e-4 of its largest element. The ATen ops that fell back are listed in
 the result.
 
-``torch.zoo.<model>`` / ``torch.zoo_full.<model>`` (registered with ``OAR_TORCH_ZOO_FULL=1``): real models (torchvision ResNet-18, ResNet-50,
+``torch.zoo.<model>`` / ``torch.zoo_full.<model>`` (``conformance run --size full`` runs the second instead
+of the first): real models (torchvision ResNet-18, ResNet-50,
 MobileNetV3-small, ViT-B/16; Hugging Face BERT; random init) take a training step (forward, backward,
 AdamW) on the device and on torch's CPU from the same weights and batch, at the zoo's quick size and
 at its full size (see torch_zoo for the sizes and tolerances). Each passes (all ops native), reports
 ``fallback`` naming the ATen ops that ran on the CPU, or fails naming what differs; the details
 hold the errors and the fallback counts.
+
+``--quick`` (quick.txt) runs one per-op check per op family (op_family), the MLP and two zoo models at the
+quick size.
 """
 
 from __future__ import annotations
 
-import os
+import re
 import warnings
 from typing import Any, Callable
 
@@ -83,7 +87,23 @@ _SAMPLES: dict[str, Callable[[Any], tuple]] = {
     "nll_loss_forward.default": lambda t: (t.randn(3, 4).log_softmax(1), t.tensor([0, 3, -100]), None, 1, -100),
     "nll_loss_backward.default": lambda t: (t.tensor(1.5), t.randn(3, 4).log_softmax(1), t.tensor([0, 3, -100]), None, 1,
                                             -100, t.tensor(2.0)),
+    "convolution_backward.default": lambda t: (t.randn(1, 3, 5, 5), t.randn(1, 2, 5, 5), t.randn(3, 2, 3, 3), [3],
+                                               [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True]),
+    "index.Tensor": lambda t: (t.randn(4, 3), [t.tensor([3, 0, 1])]),
+    "index_put.default": lambda t: (t.randn(4, 3), [t.tensor([0, 2])], t.randn(2, 3), False),
+    "_index_put_impl.default": lambda t: (t.randn(4, 3), [t.tensor([0, 2, 0])], t.randn(3, 3), True, False),
+    "max_pool2d_with_indices.default": lambda t: (t.randn(1, 2, 6, 6), [2, 2], [2, 2], [0, 0], [1, 1], False),
+    "max_pool2d_with_indices_backward.default": lambda t: _max_pool_backward_sample(t),
+    "_native_batch_norm_legit_functional.default": lambda t: (t.randn(2, 3, 4, 4), t.randn(3), t.randn(3), t.zeros(3),
+                                                              t.ones(3), True, 0.1, 1e-5),
 }
+
+
+def _max_pool_backward_sample(t: Any) -> tuple:
+    x = t.randn(1, 2, 6, 6)
+    out, indices = t.ops.aten.max_pool2d_with_indices.default(x, [2, 2], [2, 2], [0, 0], [1, 1], False)
+    return t.randn_like(out), x, [2, 2], [2, 2], [0, 0], [1, 1], False, indices
+
 
 def _convolution_backward_reference(grad, x, weight, *rest):
     import torch
@@ -126,6 +146,13 @@ def _generated_sample(torch: Any, op: Any) -> tuple:
     return tuple(args)
 
 
+def sample_inputs(torch: Any, name: str) -> tuple:
+    """The CPU sample arguments of ATen overload ``name`` ("add.Tensor"); Skip where none can be made."""
+    base, overload = name.split(".")
+    op = getattr(getattr(torch.ops.aten, base), overload)
+    return _SAMPLES[name](torch) if name in _SAMPLES else _generated_sample(torch, op)
+
+
 def _to(torch: Any, value: Any, device: str) -> Any:
     from torch.utils._pytree import tree_map
 
@@ -148,7 +175,7 @@ def run_aten(ctx: RuntimeContext, name: str) -> None:
     base, overload = name.split(".")
     op = getattr(getattr(torch.ops.aten, base), overload)
     torch.manual_seed(0)
-    sample = _SAMPLES[name](torch) if name in _SAMPLES else _generated_sample(torch, op)
+    sample = sample_inputs(torch, name)
     reference = _CPU_REFERENCE.get(name, op)
     expected = reference(*_to(torch, sample, "cpu"))
     before = sum(oar.torch.fallback_stats().values())
@@ -247,6 +274,65 @@ def run_zoo(ctx: RuntimeContext, name: str, size: str) -> None:
                        f"fallback: {', '.join(sorted(result.fallback_ops))}")
 
 
+_ZOO_PREFIXES = {"quick": "torch.zoo", "full": "torch.zoo_full"}  # --size: which of a zoo model's tests run
+
+# op families (quick.txt samples one per-op check of each): a regular expression on the ATen name
+# of the test id (first match wins; the rest are elementwise)
+_FAMILIES = (
+    ("backward", r".*_backward"),
+    ("matmul", r"(mm|bmm|addmm)_"),
+    ("convolution_pooling", r"(convolution|adaptive_avg_pool|max_pool)"),
+    ("normalization", r"native_(batch|layer)_norm"),
+    ("softmax_loss", r"(softmax|log_softmax|nll_loss)"),
+    ("reduction", r"(sum|mean|amax|amin|argmax|var|all|any|max|min)_(default|dim|dims|correction|intlist)"),
+    ("indexing", r"(gather|index|scatter|embedding|cat|where|tril|triu)_"),
+    ("comparison_logical", r"(eq|ne|lt|le|gt|ge|isnan|isneginf|logical_\w+|bitwise_\w+)_"),
+)
+def op_family(test_id: str) -> str:
+    """The op family of a ``torch.aten.*`` test id (quick.txt holds one per-op check of each)."""
+    name = test_id[len("torch.aten."):] if test_id.startswith("torch.aten.") else test_id
+    for family, pattern in _FAMILIES:
+        if re.match(pattern, name):
+            return family
+    return "elementwise"
+
+
+def sized_ids(test_ids: list[str], size: str) -> list[str]:
+    """The tests a run at ``--size SIZE`` keeps: the zoo at that size, every other test."""
+    if size not in _ZOO_PREFIXES:
+        raise ValueError(f"unknown size {size!r}; sizes: {', '.join(_ZOO_PREFIXES)}")
+    other = [prefix + "." for key, prefix in _ZOO_PREFIXES.items() if key != size]
+    return [t for t in test_ids if not any(t.startswith(prefix) for prefix in other)]
+
+
+# how a per-op check's status reads in the report's ATen-op table
+_OP_OUTCOME = {"pass": "native", "fallback": "fallback", "fail": "fail", "error": "fail", "skip": "skip"}
+
+
+def report_extras(results: list[dict]) -> dict:
+    """The report's tables: one row per model (size, float32 forward error, training-step status, the
+    ATen ops that fell back, named) and one per ATen op (native / fallback / fail), with the counts."""
+    models, ops = [], []
+    for result in results:
+        details = result.get("details") or {}
+        kind, _, name = result["id"][len("torch."):].partition(".")
+        if kind == "aten":
+            ops.append({"op": name, "oar_op": details.get("oar_op"), "status": result["status"],
+                        "outcome": _OP_OUTCOME.get(result["status"], result["status"]),
+                        "message": result.get("message", "")})
+        elif kind in ("model", "zoo", "zoo_full"):
+            float32 = details.get("float32") or {}
+            models.append({"model": name, "size": details.get("size", "small"), "status": result["status"],
+                           "forward_error": float32.get("max_output_error"),
+                           "fallback_ops": sorted(details.get("fallback_ops") or []),
+                           "message": result.get("message", "")})
+    models.sort(key=lambda row: (not row["fallback_ops"], row["model"]))  # models with fallbacks first
+    counts: dict[str, int] = {}
+    for row in ops:
+        counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
+    return {"models": models, "ops": sorted(ops, key=lambda row: row["op"]), "op_counts": counts}
+
+
 def _register() -> None:
     from oar.torch.aten_table import mapped_ops
 
@@ -266,11 +352,8 @@ def _register() -> None:
         conformance_test(f"torch.model.{model}")(train)
     from oar_conformance.levels.torch_zoo import ZOO
 
-    sizes = [("quick", "torch.zoo")]
-    if os.environ.get("OAR_TORCH_ZOO_FULL") == "1":  # minutes on a CPU: for real hardware or a release run
-        sizes.append(("full", "torch.zoo_full"))
     for model in ZOO:
-        for size, prefix in [(size, prefix) for size, prefix in sizes if size in ZOO[model].sizes]:
+        for size, prefix in [(size, prefix) for size, prefix in _ZOO_PREFIXES.items() if size in ZOO[model].sizes]:
             def zoo(ctx: RuntimeContext, model: str = model, size: str = size) -> None:
                 run_zoo(ctx, model, size)
 

@@ -96,6 +96,9 @@ def render_html(document: dict) -> str:
         "onnx_scoreboard": (extras.get("onnx") or {}).get("scoreboard"),
         "plots": failures_first(_plots(models.get("curves", []))),
         "model_ops": models.get("ops") or [],
+        "torch_models": (extras.get("torch") or {}).get("models") or [],
+        "torch_ops": failures_first((extras.get("torch") or {}).get("ops") or []),
+        "torch_op_counts": (extras.get("torch") or {}).get("op_counts") or {},
         "changed": changed,
         "tests_by_level": {level["name"]: failures_first([t for t in document["tests"] if t["level"] == level["name"]])
                            for level in document["levels"]},

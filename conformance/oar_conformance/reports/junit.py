@@ -35,6 +35,25 @@ def _body(result: dict) -> str:
     return xml_text("\n".join(p for p in parts if p))
 
 
+_BODY_DETAILS = ("traceback", "log_tail")  # long text: in the failure body, not in properties
+
+
+def detail_properties(details: dict, prefix: str = "") -> list[tuple[str, str]]:
+    """A test's details as JUnit properties: scalars, lists of names (comma-joined) and one level of
+    nested objects ("float32.max_output_error"); number series (loss curves) stay in the JSON report."""
+    found = []
+    for key, value in details.items():
+        if key in _BODY_DETAILS:
+            continue
+        if isinstance(value, dict) and not prefix:
+            found += detail_properties(value, f"{key}.")
+        elif isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+            found.append((prefix + key, ", ".join(value)))
+        elif value is None or isinstance(value, (str, int, float, bool)):
+            found.append((prefix + key, "" if value is None else str(value)))
+    return found
+
+
 def junit_tree(document: dict) -> ET.ElementTree:
     comparing = document.get("comparison") is not None
     plugin = document.get("environment", {}).get("plugin", {})
@@ -67,6 +86,7 @@ def junit_tree(document: dict) -> ET.ElementTree:
             case_properties = [("status", status)]
             if comparing:
                 case_properties += [("expected", result.get("expected") or "none"), ("label", label or "unchanged")]
+            case_properties += detail_properties(result.get("details") or {})
             props = ET.SubElement(case, "properties")
             for key, value in case_properties:
                 ET.SubElement(props, "property", {"name": key, "value": xml_text(value)})
