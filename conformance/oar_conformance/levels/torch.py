@@ -37,6 +37,9 @@ SESSION_KIND = "runtime"
 _SAMPLES: dict[str, Callable[[Any], tuple]] = {
     # ATen overload: sample (args) from a torch module; the elementwise rest get generated samples
     "mm.default": lambda t: (t.randn(3, 4), t.randn(4, 5)),
+    "full.default": lambda t: ([3, 4], 1.5),
+    "arange.start_step": lambda t: (2, 20, 3),  # integer ranges map to Oar's arange; float ones fall back
+    "constant_pad_nd.default": lambda t: (t.randn(2, 3, 4), [1, 2, 0, 1], 0.5),
     "bmm.default": lambda t: (t.randn(2, 3, 4), t.randn(2, 4, 5)),
     "sum.dim_IntList": lambda t: (t.randn(3, 4), [1], True),
     "sum.default": lambda t: (t.randn(3, 4),),
@@ -168,6 +171,8 @@ def _register_bridge(ctx: RuntimeContext) -> str:
 def run_aten(ctx: RuntimeContext, name: str) -> None:
     import torch
 
+    from torch.utils._pytree import tree_leaves
+
     import oar.torch
     from oar.torch.aten_table import mapped_ops
 
@@ -182,7 +187,9 @@ def run_aten(ctx: RuntimeContext, name: str) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            got = op(*_to(torch, sample, device))
+            # creation ops take no tensor: the device comes as a keyword
+            creates = not any(isinstance(v, torch.Tensor) for v in tree_leaves(sample))
+            got = op(*sample, device=device) if creates else op(*_to(torch, sample, device))
     except Exception as error:  # noqa: BLE001 -- any error is this op failing on the device
         raise Failure(f"{name} (Oar op {mapped_ops()[name].oar_op}) raised {type(error).__name__}: {error}") from error
     fell_back = sum(oar.torch.fallback_stats().values()) > before
