@@ -4,6 +4,7 @@
    Row-wise ops run one or two passes per contiguous row (strided rows are
    packed into per-chunk scratch first), split over the plugin's pool for large
    inputs, and accumulate in double. */
+#include "kernels_column_max.h"
 #include "kernels_nn_util.h"
 
 #include <cblas.h>

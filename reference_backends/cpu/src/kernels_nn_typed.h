@@ -295,11 +295,9 @@ REFCPU_VECTOR_CLONES static void NN_FN(max_pool_indices_plane)(const pool_geomet
 /* The widest input row whose column maxima max_pool_route_plane keeps on the stack. */
 enum { NN_FN(POOL_COLUMNS_MAX) = 4096 };
 
-/* max_pool2d_backward of one plane without a per-window scan: per output row, one pass over the
-   window's input rows (contiguous when x_col is 1, so it vectorizes) keeps each column's
-   maximum col[w] and the row arg[w] of its first occurrence (the first NaN wins); each window's
-   element is then the smallest (arg[w], w) among its columns holding the window's maximum:
-   its first maximum in row-major order, the element max_pool_scan_row picks. */
+/* max_pool2d_backward of one plane by columns (kernels_column_max.h): per output row, one pass
+   over the window's input rows (contiguous when x_col is 1, so it vectorizes), then each
+   window's first maximum in row-major order, the element max_pool_scan_row picks. */
 REFCPU_ALWAYS_INLINE void NN_FN(max_pool_route_plane)(const pool_geometry* g, const NN_FN(pool_plane) * p,
                                                      int64_t x_col, NN_T* restrict dx) {
   NN_T col[NN_FN(POOL_COLUMNS_MAX)];
@@ -311,31 +309,14 @@ REFCPU_ALWAYS_INLINE void NN_FN(max_pool_route_plane)(const pool_geometry* g, co
     h0 = h0 < 0 ? 0 : h0;
     h1 = h1 > in_h ? in_h : h1;
     if (h0 >= h1) continue;
-    for (int64_t w = 0; w < in_w; w++) col[w] = p->x[h0 * p->x_row + w * x_col], arg[w] = (int32_t)h0;
-    for (int64_t h = h0 + 1; h < h1; h++)
-      for (int64_t w = 0; w < in_w; w++) {
-        NN_T v = p->x[h * p->x_row + w * x_col], b = col[w];
-        bool take = (v > b) | ((v != v) & (b == b));
-        col[w] = take ? v : b;
-        arg[w] = take ? (int32_t)h : arg[w];
-      }
+    NN_FN(column_max_rows)(p->x, p->x_row, x_col, h0, h1, in_w, col, arg);
     for (int64_t ow = 0; ow < g->out_w; ow++) {
       int64_t w0 = ow * g->stride[1] - g->padding[1], w1 = w0 + g->kernel[1];
       w0 = w0 < 0 ? 0 : w0;
       w1 = w1 > in_w ? in_w : w1;
       if (w0 >= w1) continue;
-      NN_T m = col[w0];
-      bool nan = m != m;
-      for (int64_t w = w0 + 1; w < w1; w++) { /* no branch: a max instruction and a NaN flag */
-        m = col[w] > m ? col[w] : m;
-        nan |= col[w] != col[w];
-      }
-      int64_t at = INT64_MAX;
-      for (int64_t w = w0; w < w1; w++) {
-        bool holds = nan ? col[w] != col[w] : col[w] == m;
-        int64_t key = (int64_t)arg[w] * in_w + w;
-        at = holds & (key < at) ? key : at;
-      }
+      int64_t at;
+      NN_FN(column_max_window)(col, arg, w0, w1, in_w, &at);
       dx[at] += p->out[oh * p->out_row + ow * p->out_col];
     }
   }

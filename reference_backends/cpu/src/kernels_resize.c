@@ -6,6 +6,7 @@
    dtype; its gradient accumulates in double. */
 #include "kernels.h"
 
+#include "kernels_column_max.h"
 #include "kernels_nn_util.h"
 
 #include <stdlib.h>
@@ -125,48 +126,26 @@ static inline adaptive_window window_of(const resize_job* job, int64_t i, int64_
                            adaptive_begin(j, job->in_w, job->out_w), adaptive_end(j, job->in_w, job->out_w)};
 }
 
-/* Adaptive max pooling of one compact plane x, typed so that the column pass vectorizes:
-   per row of windows, col[c] = the maximum of column c over the window rows and arg[c] the row
-   of its first occurrence (the first NaN wins), one pass over whole rows; then each window's
-   maximum m from its columns. Forward: out = m. Backward (grad given): out, x's plane, gets
-   grad at the window's first element equal to m in row-major order (the first NaN when m is
-   NaN), the element torch's indices name: the smallest (arg[c], c) among columns holding m. */
+/* Adaptive max pooling of one compact plane x by columns (kernels_column_max.h). Forward: out =
+   each window's maximum. Backward (grad given): out, x's plane, gets grad at the window's first
+   maximum in row-major order (the first NaN when there is one), the element torch's indices name. */
 #define ADAPTIVE_MAX_PLANE(T, S)                                                                        \
   REFCPU_VECTOR_CLONES static void adaptive_max_plane_##S(const resize_job* job, const T* x, const T* grad, \
                                                           T* out, T* restrict col, int32_t* restrict arg) { \
     int64_t h = job->in_h, w = job->in_w, oh = job->out_h, ow = job->out_w;                            \
     if (grad) memset(out, 0, (size_t)(h * w) * sizeof(T));                                             \
     for (int64_t i = 0; i < oh; i++) {                                                                 \
-      int64_t r0 = adaptive_begin(i, h, oh), r1 = adaptive_end(i, h, oh);                               \
-      for (int64_t c = 0; c < w; c++) col[c] = x[r0 * w + c], arg[c] = (int32_t)r0;                     \
-      for (int64_t r = r0 + 1; r < r1; r++)                                                             \
-        for (int64_t c = 0; c < w; c++) {                                                               \
-          T v = x[r * w + c], b = col[c];                                                               \
-          bool take = (v > b) | ((v != v) & (b == b));                                                  \
-          col[c] = take ? v : b;                                                                        \
-          arg[c] = take ? (int32_t)r : arg[c];                                                          \
-        }                                                                                               \
-      for (int64_t j = 0; j < ow; j++) {                                                                \
-        int64_t c0 = adaptive_begin(j, w, ow), c1 = adaptive_end(j, w, ow);                             \
-        T m = col[c0];                                                                                  \
-        bool nan = m != m;                                                                              \
-        for (int64_t c = c0 + 1; c < c1; c++) { /* no branch: a max instruction and a NaN flag */       \
-          m = col[c] > m ? col[c] : m;                                                                  \
-          nan |= col[c] != col[c];                                                                      \
-        }                                                                                               \
-        if (!grad) {                                                                                    \
-          out[i * ow + j] = nan ? (T)NAN : m;                                                           \
-          continue;                                                                                     \
-        }                                                                                               \
-        int64_t at = INT64_MAX;                                                                         \
-        for (int64_t c = c0; c < c1; c++) {                                                             \
-          bool holds = nan ? col[c] != col[c] : col[c] == m;                                            \
-          int64_t key = (int64_t)arg[c] * w + c;                                                        \
-          at = holds & (key < at) ? key : at;                                                           \
-        }                                                                                               \
-        out[at] += grad[i * ow + j];                                                                    \
-      }                                                                                                 \
-    }                                                                                                   \
+      column_max_rows_##S(x, w, 1, adaptive_begin(i, h, oh), adaptive_end(i, h, oh), w, col, arg);     \
+      for (int64_t j = 0; j < ow; j++) {                                                               \
+        int64_t c0 = adaptive_begin(j, w, ow), c1 = adaptive_end(j, w, ow), at;                        \
+        if (!grad) {                                                                                   \
+          out[i * ow + j] = column_max_window_##S(col, arg, c0, c1, w, NULL);                          \
+          continue;                                                                                    \
+        }                                                                                              \
+        column_max_window_##S(col, arg, c0, c1, w, &at);                                               \
+        out[at] += grad[i * ow + j];                                                                   \
+      }                                                                                                \
+    }                                                                                                  \
   }
 ADAPTIVE_MAX_PLANE(float, f32)
 ADAPTIVE_MAX_PLANE(double, f64)
