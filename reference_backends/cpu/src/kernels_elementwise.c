@@ -387,8 +387,10 @@ oar_status refcpu_run_cast(const kernel_command* cmd) {
 
 /* ---- where: a selection by element size; a and b converted to out's dtype ---- */
 
+/* Both values are loaded before the select so gcc can vectorize it as a blend. */
 #define WHERE_ROW(name, type)                                                              \
-  static void name(char* const* p, const int64_t* s, int64_t n, void* context) {          \
+  REFCPU_VECTOR_CLONES static void name(char* const* p, const int64_t* s, int64_t n,      \
+                                        void* context) {                                   \
     (void)context;                                                                         \
     if (s[0] == 1 && s[1] == (int64_t)sizeof(type) && s[2] == (int64_t)sizeof(type) &&     \
         s[3] == (int64_t)sizeof(type)) {                                                   \
@@ -396,7 +398,10 @@ oar_status refcpu_run_cast(const kernel_command* cmd) {
       const type* a = (const type*)p[1];                                                   \
       const type* b = (const type*)p[2];                                                   \
       type* out = (type*)p[3];                                                             \
-      for (int64_t i = 0; i < n; i++) out[i] = c[i] ? a[i] : b[i];                        \
+      for (int64_t i = 0; i < n; i++) {                                                    \
+        type if_true = a[i], if_false = b[i];                                              \
+        out[i] = c[i] ? if_true : if_false;                                                \
+      }                                                                                    \
       return;                                                                              \
     }                                                                                      \
     for (int64_t i = 0; i < n; i++)                                                        \
