@@ -304,37 +304,23 @@ bool run_into(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, Ca
 }
 
 // Creation ops: outputs of a given shape and dtype, no inputs.
-py::object create(const std::string& name, const std::vector<int64_t>& shape, py::handle dtype_value,
-                  const std::shared_ptr<Plugin>& plugin, int32_t index, py::dict kwargs) {
-  const OpSchema& op = find_op(name);
-  if (op.kind != OpKind::Creation) throw py::value_error(name + " is not a creation op");
-  ScalarType dtype = scalar_type_from_python(dtype_value);
+PyObject* create(const OpSchema& op, const Dims& shape, ScalarType dtype, DeviceInfo* device, CallAttrs& attrs) {
+  if (op.kind != OpKind::Creation) throw py::value_error(op.name + " is not a creation op");
   if (!(op.dtype_mask & dtype_bit(dtype))) {
-    dtype_error(name + ": dtype " + scalar_info(dtype).name + " is not one " + name + " makes (it makes " +
+    dtype_error(op.name + ": dtype " + scalar_info(dtype).name + " is not one " + op.name + " makes (it makes " +
                 op.dtypes_text + ")");
   }
-  CallAttrs attrs;
-  for (auto [key, value] : kwargs) {
-    int k = attr_index(op, key.ptr());
-    if (k < 0) throw py::type_error(name + "() got an unexpected attr '" + py::str(key).cast<std::string>() + "'");
-    convert_attr(op, op.attrs[k], value.ptr(), attrs.own(k));
-  }
-  attrs.use_defaults(op);
-  DeviceInfo* device = device_info(plugin, index);
   Stream& stream = current_stream(device);
-  py::object out = py::reinterpret_steal<py::object>(
-      wrap_tensor(empty_impl(device, Dims(shape.data(), shape.size()), dtype, stream)));
+  py::object out = py::reinterpret_steal<py::object>(wrap_tensor(empty_impl(device, shape, dtype, stream)));
   Operand operand{&impl_of(out.ptr()), nullptr, nullptr};
   launch(op, device, stream, nullptr, 0, &operand, 1, attrs);
-  return out;
+  return out.release().ptr();
 }
 
 void register_dispatch(py::module_& module) {
   register_op_function_type(module);
   module.def("_register_op", &register_op, py::arg("spec"),
              "Register (or re-register) an op schema from oar.ops; returns its op function.");
-  module.def("_create", &create, py::arg("op"), py::arg("shape"), py::arg("dtype"), py::arg("plugin"),
-             py::arg("device"), py::arg("attrs"), "Run a creation op into a new tensor on (plugin, device).");
   module.def("dispatch", [](py::handle op_name, py::sequence inputs, py::object attrs) {
     const OpSchema& op = PyLong_Check(op_name.ptr())
                              ? op_by_id(op_name.cast<size_t>())

@@ -35,6 +35,8 @@ PyObject* run(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, Ca
 // is safe (its dtype and shape, no broadcast or partial overlap with an input, no
 // autograd record, no launch observer). False: nothing ran, use run() and copy.
 bool run_into(const OpSchema& op, PyObject* const* inputs, size_t num_inputs, CallAttrs& attrs, PyObject* target);
+// Run the creation op into a new tensor of shape and dtype on device. New reference.
+PyObject* create(const OpSchema& op, const Dims& shape, ScalarType dtype, DeviceInfo* device, CallAttrs& attrs);
 PyObject* call_schema(const OpSchema& op, std::initializer_list<PyObject*> inputs, PyObject* kwargs);
 PyObject* cast_to(PyObject* x, ScalarType dtype);  // the cast op, recorded. New reference.
 PyObject* contiguous_copy(PyObject* x);            // the copy op, recorded. New reference.

@@ -348,6 +348,67 @@ void parse_call(const OpSchema& op, PyObject* const* args, size_t nargs, PyObjec
   call.attrs.use_defaults(op);
 }
 
+Dims shape_from_python(const OpSchema& op, PyObject* shape) {
+  auto dim_of = [&](PyObject* item, Py_ssize_t position) -> int64_t {
+    if (PyLong_Check(item) && !PyBool_Check(item)) {
+      int64_t value = PyLong_AsLongLong(item);
+      if (value == -1 && PyErr_Occurred()) throw py::error_already_set();
+      return value;
+    }
+    if (is_tensor(item) || PyBool_Check(item) || !PyIndex_Check(item)) {
+      throw py::type_error(op.name + "(): a shape is ints, got " + type_name(item) +
+                           (position >= 0 ? " at position " + std::to_string(position) : std::string()));
+    }
+    py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(item));
+    if (!index) throw py::error_already_set();
+    int64_t value = PyLong_AsLongLong(index.ptr());
+    if (value == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return value;
+  };
+  if (PyLong_Check(shape) || (PyIndex_Check(shape) && !is_tensor(shape))) return Dims{dim_of(shape, -1)};
+  if (is_tensor(shape) || PyUnicode_Check(shape) || !PySequence_Check(shape)) {
+    throw py::type_error(op.name + "(): a shape is ints, not " + type_name(shape));
+  }
+  py::object items = py::reinterpret_steal<py::object>(PySequence_Fast(shape, "a shape is a sequence of ints"));
+  if (!items) throw py::error_already_set();
+  Py_ssize_t count = PySequence_Fast_GET_SIZE(items.ptr());
+  PyObject** values = PySequence_Fast_ITEMS(items.ptr());
+  Dims dims(static_cast<size_t>(count));
+  for (Py_ssize_t k = 0; k < count; ++k) dims[k] = dim_of(values[k], k);
+  return dims;
+}
+
+void parse_creation_call(const OpSchema& op, PyObject* const* args, size_t nargs, PyObject* kwnames,
+                         CreationCall& call) {
+  if (nargs != 1) {
+    throw py::type_error(op.name + "() takes the shape as its one positional argument (" + std::to_string(nargs) +
+                         " given); dtype, device and attrs are keywords");
+  }
+  call.shape = shape_from_python(op, args[0]);
+  if (kwnames != nullptr) {
+    Py_ssize_t count = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t j = 0; j < count; ++j) {
+      PyObject* name = PyTuple_GET_ITEM(kwnames, j);
+      PyObject* value = args[nargs + static_cast<size_t>(j)];
+      if (PyUnicode_CompareWithASCIIString(name, "dtype") == 0) {
+        call.dtype = value;
+        continue;
+      }
+      if (PyUnicode_CompareWithASCIIString(name, "device") == 0) {
+        call.device = value;
+        continue;
+      }
+      int k = attr_index(op, name);
+      if (k < 0) {
+        throw py::type_error(op.name + "() got an unexpected attr '" +
+                             py::reinterpret_borrow<py::str>(name).cast<std::string>() + "'");
+      }
+      convert_attr(op, op.attrs[k], value, call.attrs.own(k));
+    }
+  }
+  call.attrs.use_defaults(op);
+}
+
 namespace {
 
 // ---- op function objects ----------------------------------------------------------------------------------
@@ -362,6 +423,12 @@ struct PyOpFunction {
 PyObject* op_function_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   OAR_TRY
   const OpSchema& op = *reinterpret_cast<PyOpFunction*>(callable)->op;
+  if (op.kind == OpKind::Creation) {
+    CreationCall creation;
+    parse_creation_call(op, args, PyVectorcall_NARGS(nargsf), kwnames, creation);
+    ScalarType dtype = creation.dtype == Py_None ? ScalarType::Float32 : scalar_type_from_python(creation.dtype);
+    return create(op, creation.shape, dtype, resolve_device(creation.device), creation.attrs);
+  }
   Call call;
   parse_call(op, args, PyVectorcall_NARGS(nargsf), kwnames, call);
   return run(op, call.inputs, call.num_inputs, call.attrs);

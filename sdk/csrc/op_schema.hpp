@@ -120,6 +120,18 @@ void read_attrs(const OpSchema& op, PyObject* kwargs, CallAttrs& attrs);
 // A vectorcall's arguments as the op's inputs and attrs.
 void parse_call(const OpSchema& op, PyObject* const* args, size_t nargs, PyObject* kwnames, Call& call);
 
+// A creation op's call: op(shape, *, dtype=None, device=None, **attrs).
+struct CreationCall {
+  Dims shape;
+  PyObject* dtype = Py_None;   // borrowed; None: float32
+  PyObject* device = Py_None;  // borrowed; None: the current device
+  CallAttrs attrs;
+};
+void parse_creation_call(const OpSchema& op, PyObject* const* args, size_t nargs, PyObject* kwnames,
+                         CreationCall& call);
+// A shape argument: an int or a sequence of ints (anything with __index__), never a tensor.
+Dims shape_from_python(const OpSchema& op, PyObject* shape);
+
 // _C._register_op(spec): the schema, and its op function.
 py::object register_op(py::dict spec);
 void register_op_function_type(py::module_& module);

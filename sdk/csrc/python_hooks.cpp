@@ -19,6 +19,7 @@ struct Installed {
   PyObject* device = nullptr;
   PyObject* wrap_stream = nullptr;
   PyObject* to_tensor = nullptr;
+  PyObject* resolve_device = nullptr;
   PyObject* plugin_logger = nullptr;
 };
 Installed g_installed;
@@ -89,22 +90,32 @@ py::object to_tensor(PyObject* value, PyObject* dtype, PyObject* device) {
   return convert(py::handle(value), py::arg("dtype") = py::handle(dtype), py::arg("device") = py::handle(device));
 }
 
+py::object resolve_device(PyObject* spec) {
+  PyObject* args[] = {spec};
+  PyObject* result = PyObject_Vectorcall(installed(g_installed.resolve_device, "resolve_device"), args, 1, nullptr);
+  if (result == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(result);
+}
+
 py::handle plugin_logger() { return installed(g_installed.plugin_logger, "plugin_logger"); }
 
 void register_hooks(py::module_& module) {
   module.def("_install_hooks", [](py::object errors, py::object record, py::object fallback, py::object device,
-                                  py::object wrap_stream, py::object to_tensor, py::object plugin_logger) {
+                                  py::object wrap_stream, py::object to_tensor, py::object resolve_device,
+                                  py::object plugin_logger) {
     replace(g_installed.errors, errors);
     replace(g_installed.record, record);
     replace(g_installed.fallback, fallback);
     replace(g_installed.device, device);
     replace(g_installed.wrap_stream, wrap_stream);
     replace(g_installed.to_tensor, to_tensor);
+    replace(g_installed.resolve_device, resolve_device);
     replace(g_installed.plugin_logger, plugin_logger);
   }, py::kw_only(), py::arg("errors"), py::arg("record"), py::arg("fallback"), py::arg("device"),
-     py::arg("wrap_stream"), py::arg("to_tensor"), py::arg("plugin_logger"),
+     py::arg("wrap_stream"), py::arg("to_tensor"), py::arg("resolve_device"), py::arg("plugin_logger"),
      "Install the Python functions the C++ core calls: the oar.errors module, autograd's _record, the host "
-     "fallback, the oar.device class, the oar.Stream wrapper of a C++ stream, to_tensor and the plugin logger.");
+     "fallback, the oar.device class, the oar.Stream wrapper of a C++ stream, to_tensor, the device resolver "
+     "and the plugin logger.");
   module.def("_set_record_hook", [](py::object hook) { replace(g_record_override, hook); }, py::arg("hook"),
              "Replace oar.autograd._record (None: the installed one again).");
 }

@@ -27,6 +27,7 @@ void observer_before_host_read(PyObject* observer, PyObject* tensor);
 py::object make_device(PyObject* name);                           // oar.devices.device(name)
 py::object wrap_stream(const std::shared_ptr<Stream>& stream);     // the oar.Stream of a C++ stream
 py::object to_tensor(PyObject* value, PyObject* dtype, PyObject* device);  // oar.tensor.to_tensor
+py::object resolve_device(PyObject* spec);  // oar.tensor.resolve(spec): (plugin, oar.device)
 py::handle plugin_logger();  // logging.getLogger("oar.plugin"), for the plugin log sink
 
 void register_hooks(py::module_& module);  // _C._install_hooks, _C._set_record_hook

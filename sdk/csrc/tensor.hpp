@@ -166,6 +166,9 @@ struct DeviceInfo {
 DeviceInfo* device_info(const std::shared_ptr<Plugin>& plugin, int32_t index);
 std::shared_ptr<Plugin> plugin_of(const DeviceInfo* device);  // raises OarError once it is gone
 PyObject* device_object(DeviceInfo* device);                   // borrowed
+// The device of a spec (an oar.device, "npu:1", or None: the thread's current device, else the
+// default one): resolved by oar.tensor.resolve once per spec object, then cached (thread_state.cpp).
+DeviceInfo* resolve_device(PyObject* spec);
 // The calling thread's current stream of the device: the innermost `with stream:` block's, else
 // the thread's default stream (created on first use). Never calls Python (thread_state.cpp).
 Stream& current_stream(DeviceInfo* device);

@@ -117,6 +117,46 @@ PyObject* wrapper_of(DeviceStreams& slot) {
 
 }  // namespace
 
+namespace {
+
+// A device spec already resolved. The cache holds a reference to the spec, so an object at the
+// same address is the same spec. Used under the GIL only.
+struct ResolvedSpec {
+  PyObject* spec;  // owned
+  DeviceInfo* device;
+};
+std::vector<ResolvedSpec>& resolved_specs() {
+  static auto* specs = new std::vector<ResolvedSpec>();  // leaked: used at exit
+  return *specs;
+}
+constexpr size_t kMaxResolvedSpecs = 16;
+
+bool usable(const DeviceInfo* device) { return !device->plugin_weak.expired() && !device->plugin->finalized(); }
+
+}  // namespace
+
+DeviceInfo* resolve_device(PyObject* spec) {
+  if (spec == Py_None && t_state.device != nullptr) spec = t_state.device;
+  auto& specs = resolved_specs();
+  for (auto it = specs.begin(); it != specs.end(); ++it) {
+    if (it->spec != spec) continue;
+    if (usable(it->device)) return it->device;
+    Py_DECREF(it->spec);
+    specs.erase(it);
+    break;
+  }
+  py::tuple resolved = hooks::resolve_device(spec);
+  auto plugin = resolved[0].cast<std::shared_ptr<Plugin>>();
+  DeviceInfo* device = device_info(plugin, resolved[1].attr("index").cast<int32_t>());
+  if (specs.size() >= kMaxResolvedSpecs) {
+    Py_DECREF(specs.front().spec);
+    specs.erase(specs.begin());
+  }
+  Py_INCREF(spec);
+  specs.push_back({spec, device});
+  return device;
+}
+
 DeviceInfo* device_info(const std::shared_ptr<Plugin>& plugin, int32_t index) {
   auto key = std::make_pair(static_cast<const Plugin*>(plugin.get()), index);
   auto& registry = device_registry();

@@ -106,10 +106,11 @@ def _install_core_hooks() -> None:
     from oar import errors as _errors
     from oar.devices import device as _device
     from oar.fallback import _run as _fallback_run
+    from oar.tensor import resolve as _resolve
     from oar.tensor import to_tensor as _to_tensor
 
     _C._install_hooks(errors=_errors, record=autograd._record, fallback=_fallback_run, device=_device,
-                      wrap_stream=Stream._wrap, to_tensor=_to_tensor,
+                      wrap_stream=Stream._wrap, to_tensor=_to_tensor, resolve_device=_resolve,
                       plugin_logger=logging.getLogger("oar.plugin"))
 
 

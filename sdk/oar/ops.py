@@ -73,17 +73,6 @@ def _doc(s: dict) -> str:
             f"Generated from interface/ops.yaml.")
 
 
-def _creation_function(name: str):
-    def op(shape, *, dtype=None, device=None, **attrs):
-        from oar.tensor import _shape_tuple, resolve
-
-        plugin, dev = resolve(device)
-        return _C._create(name, list(_shape_tuple(shape)), "float32" if dtype is None else dtype,
-                          plugin, dev.index, attrs)
-
-    return op
-
-
 def _concat(tensors, dim: int = 0):
     return _C._concat(tensors, dim)
 
@@ -105,10 +94,8 @@ def _generate() -> None:
         name = op.name
         s = _record(op)
         _schemas[name] = s
-        function = _C._register_op(s)  # the C callable; creation and some view ops get Python wrappers
-        if s["kind"] == "creation":
-            function = _creation_function(name)
-        elif name in _VIEW_FUNCTIONS:
+        function = _C._register_op(s)  # the C callable; some view ops get Python wrappers
+        if name in _VIEW_FUNCTIONS:
             function = _VIEW_FUNCTIONS[name]
         function.__doc__ = _doc(s)
         function.__module__ = __name__

@@ -120,6 +120,8 @@ def resolve(device: DeviceLike) -> tuple[Any, Any]:
 
 
 def _shape_tuple(shape: Any) -> tuple[int, ...]:
+    if type(shape) in (tuple, list) and all(type(s) is int for s in shape):
+        return tuple(shape)  # the common case: plain ints
     if isinstance(shape, (int, np.integer)):
         return (int(shape),)
     if isinstance(shape, Tensor):
@@ -570,8 +572,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Tensor:
 
 
 def _create(op: str, shape: Any, dtype: Any, device: DeviceLike, requires_grad: bool, **attrs: Any) -> Tensor:
-    plugin, dev = resolve(device)
-    out = _C._create(op, list(shape), dtype, plugin, dev.index, attrs)
+    out = getattr(_ops, op)(shape, dtype=dtype, device=device, **attrs)
     if requires_grad:
         out.requires_grad = True
     return out
@@ -602,26 +603,32 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: DeviceLike = No
     return _create("full", shape, target, device, requires_grad, value=float(fill_value))
 
 
+# Each dtype's range for fill values: torch refuses a value beyond it rather than saturating.
+_FLOAT_FILL_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+                   "float32": float(np.finfo(np.float32).max), "float64": float(np.finfo(np.float64).max)}
+_INT_FILL_RANGE = {name: (int(np.iinfo(kind).min), int(np.iinfo(kind).max))
+                   for name, kind in (("int8", np.int8), ("int32", np.int32), ("int64", np.int64))}
+
+
 def _check_fill_value(value: Any, target: DType) -> None:
     """torch's rule: a fill value the dtype cannot represent (beyond its range, NaN or inf for an
     integer dtype, a finite value beyond a float dtype's max) is an error, not a saturation."""
     name = target.name
     if name == "bool":
         return
-    if name in _FLOATING:
+    limit = _FLOAT_FILL_MAX.get(name)
+    if limit is not None:
         number = float(value)
-        if math.isfinite(number):
-            limit = float(np.finfo(numpy_dtype(target)).max) if name != "bfloat16" else 3.3895313892515355e38
-            if abs(number) > limit:
-                raise OverflowError(f"full: value {value!r} cannot be converted to {name} without overflow")
+        if abs(number) > limit and math.isfinite(number):
+            raise OverflowError(f"full: value {value!r} cannot be converted to {name} without overflow")
         return
-    info = np.iinfo(numpy_dtype(target))
+    low, high = _INT_FILL_RANGE[name]
     if isinstance(value, (float, np.floating)) and not math.isfinite(value):
         raise OverflowError(f"full: value {value!r} cannot be converted to {name} without overflow")
     whole = int(value)  # floats truncate toward zero, as torch
-    if not info.min <= whole <= info.max:
+    if not low <= whole <= high:
         raise OverflowError(f"full: value {value!r} cannot be converted to {name} without overflow "
-                            f"(its range is {info.min} to {info.max})")
+                            f"(its range is {low} to {high})")
 
 
 def zeros(*shape: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
