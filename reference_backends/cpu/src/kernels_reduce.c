@@ -5,9 +5,10 @@
  * as sum over the last dim or over leading dims) is read in place; any other
  * x is first copied into [kept...][reduced...] order (I = 1), and a
  * non-contiguous out gets a contiguous temporary. Rows (I == 1) reduce with
- * eight independent lanes (vectorized, no reassociation across lanes); I > 1
+ * independent lanes (vectorized, no reassociation across lanes); I > 1
  * reduces column blocks with one accumulator per column. Work is split over
- * outputs, or along R for a full reduction. Float sums accumulate in double;
+ * outputs, or along R for a full reduction. Float sums accumulate in double (float32 rows:
+ * in float lanes over blocks of 256, the blocks in double);
  * integer and bool sums in int64 (wrapping); max/min propagate NaN.
  */
 #include "kernels.h"
@@ -34,6 +35,11 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ACC(acc, v) folds value v into acc; JOIN(a, b) joins two accumulators. */
 #define DEFINE_FOLD(name, T, A, OT, INIT, ACC, JOIN, FINAL)                                     \
+  DEFINE_FOLD_ROW(name, T, A, INIT, ACC, JOIN)                                                  \
+  DEFINE_FOLD_RUN(name, T, A, OT, INIT, ACC, JOIN, FINAL)
+
+/* The row fold: LANES independent accumulators of type A. */
+#define DEFINE_FOLD_ROW(name, T, A, INIT, ACC, JOIN)                                            \
   REFCPU_ALWAYS_INLINE A name##_row(const T* x, int64_t n) {                                                \
     A lanes[LANES];                                                                                \
     for (int k = 0; k < LANES; k++) lanes[k] = INIT;                                               \
@@ -55,7 +61,10 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
       acc = JOIN;                                                                              \
     }                                                                                          \
     return acc;                                                                                \
-  }                                                                                            \
+  }
+
+/* The rows, columns and split-row runs of a fold whose row function name##_row exists. */
+#define DEFINE_FOLD_RUN(name, T, A, OT, INIT, ACC, JOIN, FINAL)                                 \
   REFCPU_VECTOR_CLONES static void name##_rows(int64_t begin, int64_t end, void* opaque) {                          \
     const reduce_job* job = opaque;                                                            \
     const T* x = (const T*)job->x;                                                             \
@@ -145,13 +154,39 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 #define MIN_ACC acc = ((v < acc) | (v != v)) ? v : acc
 #define MIN_JOIN ((b < a) | (b != b)) ? b : a
 
-DEFINE_FOLD(sum_f32, float, double, float, 0.0, SUM_ACC, SUM_JOIN, SUM_FINAL)
+/* A float row summed in 16 float lanes per block of 256 elements (16-wide vectors, and blocks
+   short enough to stay accurate), the blocks added in double: eight double lanes would halve
+   the vector width. */
+#define FLOAT_BLOCK_LANES 16
+#define FLOAT_BLOCK 256
+REFCPU_ALWAYS_INLINE double float_row_sum(const float* x, int64_t n) {
+  double total = 0.0;
+  int64_t i = 0;
+  for (; i + FLOAT_BLOCK <= n; i += FLOAT_BLOCK) {
+    float lanes[FLOAT_BLOCK_LANES] = {0};
+    for (int64_t at = i; at < i + FLOAT_BLOCK; at += FLOAT_BLOCK_LANES)
+      for (int l = 0; l < FLOAT_BLOCK_LANES; l++) lanes[l] += x[at + l];
+    for (int width = FLOAT_BLOCK_LANES / 2; width > 0; width /= 2)
+      for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
+    total += (double)lanes[0];
+  }
+  double tail[8] = {0};
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) tail[l] += (double)x[i + l];
+  for (; i < n; i++) tail[0] += (double)x[i];
+  for (int l = 0; l < 8; l++) total += tail[l];
+  return total;
+}
+REFCPU_ALWAYS_INLINE double sum_f32_row(const float* x, int64_t n) { return float_row_sum(x, n); }
+REFCPU_ALWAYS_INLINE double mean_f32_row(const float* x, int64_t n) { return float_row_sum(x, n); }
+
+DEFINE_FOLD_RUN(sum_f32, float, double, float, 0.0, SUM_ACC, SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_f64, double, double, double, 0.0, SUM_ACC, SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_i32, int32_t, int64_t, int64_t, 0, INT_SUM_ACC, INT_SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_i32_i32, int32_t, int64_t, int32_t, 0, INT_SUM_ACC, INT_SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_i64, int64_t, int64_t, int64_t, 0, INT_SUM_ACC, INT_SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_b8, uint8_t, int64_t, int64_t, 0, BOOL_SUM_ACC, SUM_JOIN, SUM_FINAL)
-DEFINE_FOLD(mean_f32, float, double, float, 0.0, SUM_ACC, SUM_JOIN, MEAN_FINAL)
+DEFINE_FOLD_RUN(mean_f32, float, double, float, 0.0, SUM_ACC, SUM_JOIN, MEAN_FINAL)
 DEFINE_FOLD(mean_f64, double, double, double, 0.0, SUM_ACC, SUM_JOIN, MEAN_FINAL)
 DEFINE_FOLD(max_f32, float, float, float, -INFINITY, MAX_ACC, MAX_JOIN, SUM_FINAL)
 DEFINE_FOLD(max_f64, double, double, double, -INFINITY, MAX_ACC, MAX_JOIN, SUM_FINAL)
