@@ -574,9 +574,8 @@ void copy_from_host(py::handle tensor, py::handle buffer) {
   stream.hold_until_complete(std::move(host));
 }
 
-py::object empty_tensor(const std::vector<int64_t>& shape, py::handle dtype, const std::shared_ptr<Plugin>& plugin,
-                        int32_t index) {
-  DeviceInfo* device = device_info(plugin, index);
+py::object empty_tensor(const std::vector<int64_t>& shape, py::handle dtype, py::handle device_spec) {
+  DeviceInfo* device = resolve_device(device_spec.ptr());
   Dims dims(shape.data(), shape.size());
   return py::reinterpret_steal<py::object>(wrap_tensor(empty_impl(device, dims, scalar_type_from_python(dtype))));
 }
@@ -646,8 +645,9 @@ void register_tensor(py::module_& module) {
   module.def("grad_enabled", &grad_enabled, "Whether ops are recorded for autograd on this thread.");
   module.def("set_grad_enabled", &set_grad_enabled, py::arg("enabled"),
              "Turn recording for autograd on or off for the calling thread.");
-  module.def("_empty", &empty_tensor, py::arg("shape"), py::arg("dtype"), py::arg("plugin"), py::arg("device"),
-             "An uninitialized contiguous tensor on (plugin, device) from the caching allocator.");
+  module.def("_empty", &empty_tensor, py::arg("shape"), py::arg("dtype"), py::arg("device"),
+             "An uninitialized contiguous tensor on a device (a spec; None: the current device) from the caching "
+             "allocator.");
   module.def("_copy_to_host", &copy_to_host, py::arg("tensor"), py::arg("buffer"),
              "Copy a contiguous tensor into a writable host buffer (on the current stream, then wait).");
   module.def("_copy_from_host", &copy_from_host, py::arg("tensor"), py::arg("buffer"),

@@ -489,9 +489,8 @@ def to_tensor(data: Any, dtype: Any = None, device: DeviceLike = None, requires_
         if requires_grad:
             out.requires_grad = True
         return out
-    plugin, dev = resolve(device)
     array = _host_array(data, target)
-    out = _C._empty(list(array.shape), array.dtype.name if target is None else target, plugin, dev.index)
+    out = _C._empty(array.shape, array.dtype.name if target is None else target, device)
     if array.size:
         _C._copy_from_host(out, _host_bytes(array))
     if requires_grad:
@@ -571,8 +570,7 @@ def from_dlpack(obj: Any, device: DeviceLike = None) -> Tensor:
     return _C._from_dlpack_capsule(capsule, plugin, dev.index)
 
 
-def _create(op: str, shape: Any, dtype: Any, device: DeviceLike, requires_grad: bool, **attrs: Any) -> Tensor:
-    out = getattr(_ops, op)(shape, dtype=dtype, device=device, **attrs)
+def _grad_if(out: Tensor, requires_grad: bool) -> Tensor:
     if requires_grad:
         out.requires_grad = True
     return out
@@ -580,11 +578,7 @@ def _create(op: str, shape: Any, dtype: Any, device: DeviceLike, requires_grad: 
 
 def empty(*shape: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
     """An uninitialized tensor (memory from the caching allocator, no kernel)."""
-    plugin, dev = resolve(device)
-    out = _C._empty(list(_varargs_shape(shape)), dtype_of(dtype or float32), plugin, dev.index)
-    if requires_grad:
-        out.requires_grad = True
-    return out
+    return _grad_if(_C._empty(_varargs_shape(shape), dtype_of(dtype or float32), device), requires_grad)
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = None, device: DeviceLike = None,
@@ -600,7 +594,7 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: DeviceLike = No
         # beyond float64's exact integers: the full op's float attr would round it
         return to_tensor(np.full(shape, int(fill_value), dtype=numpy_dtype(target)), device=device,
                          requires_grad=requires_grad)
-    return _create("full", shape, target, device, requires_grad, value=float(fill_value))
+    return _grad_if(_ops.full(shape, dtype=target, device=device, value=float(fill_value)), requires_grad)
 
 
 # Each dtype's range for fill values: torch refuses a value beyond it rather than saturating.
@@ -655,21 +649,24 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device
         if step == 0:
             raise ValueError("arange: step truncates to 0 for an integer dtype")
     count = max(0, math.ceil((end - start) / step))
-    return _create("arange", (count,), target, device, requires_grad, start=float(start), step=float(step))
+    return _grad_if(_ops.arange((count,), dtype=target, device=device, start=float(start), step=float(step)),
+                    requires_grad)
 
 
 def rand(*shape: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
     """Uniform [0, 1) from the Philox stream of the global seed (oar.manual_seed)."""
     shape = _varargs_shape(shape)
     seed, offset = _random.next_seed_offset(math.prod(shape))
-    return _create("rand", shape, dtype_of(dtype or float32), device, requires_grad, seed=seed, offset=offset)
+    return _grad_if(_ops.rand(shape, dtype=dtype_of(dtype or float32), device=device, seed=seed, offset=offset),
+                    requires_grad)
 
 
 def randn(*shape: Any, dtype: Any = None, device: DeviceLike = None, requires_grad: bool = False) -> Tensor:
     """Standard normal (Box-Muller over the Philox stream of the global seed)."""
     shape = _varargs_shape(shape)
     seed, offset = _random.next_seed_offset(math.prod(shape))
-    return _create("randn", shape, dtype_of(dtype or float32), device, requires_grad, seed=seed, offset=offset)
+    return _grad_if(_ops.randn(shape, dtype=dtype_of(dtype or float32), device=device, seed=seed, offset=offset),
+                    requires_grad)
 
 
 def _like(make, t: Tensor, dtype: Any, device: DeviceLike, **kwargs: Any) -> Tensor:
