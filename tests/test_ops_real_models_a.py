@@ -200,6 +200,11 @@ def test_sort_argsort_topk(dtype, descending):
         _close(indices, tindices)
         _close(oar.argsort(x, dim=dim, descending=descending), torch.argsort(tx, dim=dim, descending=descending,
                                                                                stable=True))
+    long_lines = rng.integers(-3, 3, size=(3, 100)).astype(dtype)  # past the 32-element insertion runs: merges
+    if dtype.startswith("float"):
+        long_lines[0, [2, 50, 97]] = [np.nan, -0.0, np.nan]  # -0.0 ties with 0.0 (stable), NaNs tie
+    x, tx = pair(long_lines)
+    _close(oar.argsort(x, dim=1, descending=descending), torch.argsort(tx, dim=1, descending=descending, stable=True))
     if dtype.startswith("float"):
         array = array.copy()
         array[np.isnan(array)] = 0.25  # topk's order among equal values is unspecified in torch; keep them distinct
