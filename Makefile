@@ -107,6 +107,8 @@ bench: install
 	$(PY) bench/pinn.py
 	$(PY) bench/profiler_overhead.py
 	$(PY) bench/ops.py
+	$(PY) bench/conv2d.py
+	OAR_REFCPU_DEVICE_TYPE=npu $(PY) bench/torch_bridge.py --device npu --resnet18 --gpt2
 
 clean:
 	rm -rf build $(VENV)
