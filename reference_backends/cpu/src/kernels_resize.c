@@ -534,24 +534,52 @@ typedef struct pad_job {
   int64_t rows_per_block; /* pad_backward: rows sharing the leading unpadded dims */
 } pad_job;
 
-/* Element offset in x (strides) of out row `row` (all dims but the last); false when the row is fill. */
-static bool pad_row_source(const pad_job* job, int64_t row, const int64_t* x_strides, int64_t* src_offset,
-                           int64_t* out_offset) {
+/* Element offset in x (strides) of the out row at index (all dims but the last), and in out;
+   false when the row is fill. */
+static bool pad_row_at(const pad_job* job, const int64_t* index, const int64_t* x_strides, int64_t* src_offset,
+                       int64_t* out_offset) {
   const tensor_view* out = job->out;
-  int nd = out->ndim;
-  int64_t rest = row, src = 0, dst = 0;
+  int64_t src = 0, dst = 0;
   bool inside = true;
-  for (int d = nd - 2; d >= 0; d--) {
-    int64_t i = rest % out->shape[d];
-    rest /= out->shape[d];
-    int64_t s = job->sources[d][i];
+  for (int d = 0; d < out->ndim - 1; d++) {
+    int64_t s = job->sources[d][index[d]];
     if (s < 0) inside = false;
     else src += s * x_strides[d];
-    dst += i * out->strides[d];
+    dst += index[d] * out->strides[d];
   }
   *src_offset = src;
   *out_offset = dst;
   return inside;
+}
+
+/* The index (all dims but the last) of out row `row`. */
+static void pad_row_index(const tensor_view* out, int64_t row, int64_t* index) {
+  for (int d = out->ndim - 2; d >= 0; d--) {
+    index[d] = row % out->shape[d];
+    row /= out->shape[d];
+  }
+}
+
+/* The index of the next row (an odometer over all dims but the last). */
+static void pad_next_row(const tensor_view* out, int64_t* index) {
+  for (int d = out->ndim - 2; d >= 0 && ++index[d] == out->shape[d]; d--) index[d] = 0;
+}
+
+static bool pad_row_source(const pad_job* job, int64_t row, const int64_t* x_strides, int64_t* src_offset,
+                           int64_t* out_offset) {
+  int64_t index[REFCPU_MAX_DIMS];
+  pad_row_index(job->out, row, index);
+  return pad_row_at(job, index, x_strides, src_offset, out_offset);
+}
+
+/* One element: most runs at a reflected or replicated border are one element long. */
+static inline void copy_element(char* target, const char* source, int size) {
+  switch (size) {
+    case 4: memcpy(target, source, 4); break;
+    case 8: memcpy(target, source, 8); break;
+    case 2: memcpy(target, source, 2); break;
+    default: memcpy(target, source, 1); break;
+  }
 }
 
 /* Rows of out (all dims but the last), each copied run by run from its source row or filled. */
@@ -561,14 +589,18 @@ static void pad_rows(void* opaque, int64_t begin, int64_t end, int chunk) {
   const tensor_view *x = job->x, *out = job->out;
   int nd = out->ndim, size = out->elem_size;
   int64_t out_step = out->strides[nd - 1], x_step = x->strides[nd - 1];
-  for (int64_t row = begin; row < end; row++) {
+  int64_t index[REFCPU_MAX_DIMS];
+  pad_row_index(out, begin, index);
+  for (int64_t row = begin; row < end; row++, pad_next_row(out, index)) {
     int64_t src_offset, out_offset;
-    bool inside = pad_row_source(job, row, x->strides, &src_offset, &out_offset);
+    bool inside = pad_row_at(job, index, x->strides, &src_offset, &out_offset);
     for (int64_t r = 0; r < job->run_count; r++) {
       const pad_run* run = &job->runs[r];
       char* target = out->data + (out_offset + run->out_begin * out_step) * size;
       if (inside && run->source >= 0) {
-        nn_copy_run(target, out_step, x->data + (src_offset + run->source * x_step) * size, x_step, run->length, size);
+        const char* source = x->data + (src_offset + run->source * x_step) * size;
+        if (run->length == 1) copy_element(target, source, size);
+        else nn_copy_run(target, out_step, source, x_step, run->length, size);
       } else {
         for (int64_t k = 0; k < run->length; k++) memcpy(target + k * out_step * size, job->fill, (size_t)size);
       }
