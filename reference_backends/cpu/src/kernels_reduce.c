@@ -15,6 +15,8 @@
 
 #include <stdlib.h>
 
+#include "float_sum.h"
+
 #define COLUMN_BLOCK 512        /* accumulators of one column-block task */
 #define LANES 32                /* independent accumulators of a row: one vectorizable inner loop */
 #define ROW_GRAIN ((int64_t)1 << 15) /* elements per task, roughly */
@@ -154,31 +156,9 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 #define MIN_ACC acc = ((v < acc) | (v != v)) ? v : acc
 #define MIN_JOIN ((b < a) | (b != b)) ? b : a
 
-/* A float row summed in 16 float lanes per block of 256 elements (16-wide vectors, and blocks
-   short enough to stay accurate), the blocks added in double: eight double lanes would halve
-   the vector width. */
-#define FLOAT_BLOCK_LANES 16
-#define FLOAT_BLOCK 256
-REFCPU_ALWAYS_INLINE double float_row_sum(const float* x, int64_t n) {
-  double total = 0.0;
-  int64_t i = 0;
-  for (; i + FLOAT_BLOCK <= n; i += FLOAT_BLOCK) {
-    float lanes[FLOAT_BLOCK_LANES] = {0};
-    for (int64_t at = i; at < i + FLOAT_BLOCK; at += FLOAT_BLOCK_LANES)
-      for (int l = 0; l < FLOAT_BLOCK_LANES; l++) lanes[l] += x[at + l];
-    for (int width = FLOAT_BLOCK_LANES / 2; width > 0; width /= 2)
-      for (int l = 0; l < width; l++) lanes[l] += lanes[l + width];
-    total += (double)lanes[0];
-  }
-  double tail[8] = {0};
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++) tail[l] += (double)x[i + l];
-  for (; i < n; i++) tail[0] += (double)x[i];
-  for (int l = 0; l < 8; l++) total += tail[l];
-  return total;
-}
-REFCPU_ALWAYS_INLINE double sum_f32_row(const float* x, int64_t n) { return float_row_sum(x, n); }
-REFCPU_ALWAYS_INLINE double mean_f32_row(const float* x, int64_t n) { return float_row_sum(x, n); }
+/* float32 rows: float_sum.h's blocked float lanes. */
+REFCPU_ALWAYS_INLINE double sum_f32_row(const float* x, int64_t n) { return refcpu_float_sum(x, n); }
+REFCPU_ALWAYS_INLINE double mean_f32_row(const float* x, int64_t n) { return refcpu_float_sum(x, n); }
 
 DEFINE_FOLD_RUN(sum_f32, float, double, float, 0.0, SUM_ACC, SUM_JOIN, SUM_FINAL)
 DEFINE_FOLD(sum_f64, double, double, double, 0.0, SUM_ACC, SUM_JOIN, SUM_FINAL)
@@ -351,10 +331,10 @@ static void truth_fold(const reduce_job* job, bool want_all) {
 static void any_run(const reduce_job* job) { truth_fold(job, false); }
 static void all_run(const reduce_job* job) { truth_fold(job, true); }
 
-/* ---- logsumexp: max + log(sum(exp(x - max))), summed in double ------------------------------ */
+/* ---- logsumexp: max + log(sum(exp(x - max))) ------------------------------------------------ */
 
 /* One line of n float32 values (contiguous): max and NaN test, then exp in float (refcpu_expf,
-   2 ulp, as torch's float32 logsumexp computes it) summed in 8 double lanes, so both loops
+   as torch's float32 logsumexp computes it) summed in float_sum.h's blocked lanes, so both loops
    vectorize. */
 REFCPU_VECTOR_CLONES static float logsumexp_line_f32(const float* x, int64_t n) {
   typedef float vec __attribute__((vector_size(32))); /* gcc leaves a select-max scalar */
@@ -383,12 +363,7 @@ REFCPU_VECTOR_CLONES static float logsumexp_line_f32(const float* x, int64_t n) 
   }
   if (nan) return NAN;
   if (!isfinite(top)) return top;
-  double lanes[8] = {0};
-  for (r = 0; r + 8 <= n; r += 8)
-    for (int l = 0; l < 8; l++) lanes[l] += (double)refcpu_expf(x[r + l] - top);
-  double total = 0.0;
-  for (int l = 0; l < 8; l++) total += lanes[l];
-  for (; r < n; r++) total += (double)refcpu_expf(x[r] - top);
+  double total = REFCPU_FLOAT_SUM_OF(x, n, refcpu_expf(v - top));
   return (float)((double)top + log(total));
 }
 

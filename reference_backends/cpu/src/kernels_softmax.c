@@ -2,11 +2,14 @@
    [O][R][I] (R = the dim; a non-contiguous tensor goes through a contiguous
    temporary). I == 1 (the last dim, the usual case): each row is three
    vectorized passes over contiguous memory (max, exp + sum, scale); I > 1:
-   column blocks with one max and one sum per column. Sums in double. */
+   column blocks with one max and one sum per column. Sums in double (float32 rows: in float
+   lanes over blocks, the blocks in double). */
 #include "kernels.h"
 
 #include <stdlib.h>
 #include <tgmath.h>
+
+#include "float_sum.h"
 
 #define EXP_T(x) _Generic((x), float: refcpu_expf, default: exp)(x)
 #define COLUMN_BLOCK 256
@@ -20,17 +23,19 @@ typedef struct softmax_job {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-#define DEFINE_SOFTMAX(name, T)                                                                \
-  /* Sum in double, eight lanes. */                                                           \
-  REFCPU_ALWAYS_INLINE double name##_sum(const T* e, int64_t n) {                                    \
-    double lanes[8] = {0}, sum = 0;                                                           \
-    int64_t i = 0;                                                                            \
-    for (; i + 8 <= n; i += 8)                                                                \
-      for (int k = 0; k < 8; k++) lanes[k] += e[i + k];                                       \
-    for (; i < n; i++) sum += e[i];                                                           \
-    for (int k = 0; k < 8; k++) sum += lanes[k];                                              \
-    return sum;                                                                               \
-  }                                                                                           \
+/* A float64 row summed in eight lanes. */
+REFCPU_ALWAYS_INLINE double double_sum(const double* e, int64_t n) {
+  double lanes[8] = {0}, sum = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) lanes[k] += e[i + k];
+  for (; i < n; i++) sum += e[i];
+  for (int k = 0; k < 8; k++) sum += lanes[k];
+  return sum;
+}
+
+/* SUM(e, n): a row's sum as a double (float rows: float_sum.h's blocked lanes). */
+#define DEFINE_SOFTMAX(name, T, SUM)                                                           \
   REFCPU_ALWAYS_INLINE void name##_row(const T* x, T* y, int64_t n, bool log_form) {                         \
     T lanes[32];                                                                                \
     for (int k = 0; k < 32; k++) lanes[k] = -INFINITY;                                          \
@@ -49,13 +54,13 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
       for (int64_t start = 0; start < n; start += 512) {                                      \
         int64_t count = n - start < 512 ? n - start : 512;                                    \
         for (int64_t j = 0; j < count; j++) buffer[j] = EXP_T(x[start + j] - m);              \
-        sum += name##_sum(buffer, count);                                                     \
+        sum += SUM(buffer, count);                                                     \
       }                                                                                       \
       T log_sum = (T)log(sum);                                                                \
       for (i = 0; i < n; i++) y[i] = (x[i] - m) - log_sum;                                    \
     } else {                                                                                  \
       for (i = 0; i < n; i++) y[i] = EXP_T(x[i] - m);                                         \
-      sum = name##_sum(y, n);                                                                 \
+      sum = SUM(y, n);                                                                 \
       T total = (T)sum;                                                                       \
       for (i = 0; i < n; i++) y[i] = y[i] / total;                                            \
     }                                                                                         \
@@ -104,8 +109,8 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
     }                                                                                          \
   }
 
-DEFINE_SOFTMAX(softmax_f32, float)
-DEFINE_SOFTMAX(softmax_f64, double)
+DEFINE_SOFTMAX(softmax_f32, float, refcpu_float_sum)
+DEFINE_SOFTMAX(softmax_f64, double, double_sum)
 
 static oar_status run_softmax(const kernel_command* cmd, bool log_form, int64_t dim_attr) {
   const tensor_view* x = &cmd->inputs[0];
