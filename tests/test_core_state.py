@@ -101,3 +101,38 @@ def test_no_python_hook_runs_on_the_no_grad_path(dev, monkeypatch):
 def test_the_epoch_cache_is_gone():
     assert not hasattr(_C, "_stream_epoch_bump")
     assert not hasattr(oar.streams, "stream_of_device_name")
+
+
+def test_creation_ops_resolve_their_device_in_the_core(dev):
+    device_type = dev.split(":")[0]
+    second = f"{device_type}:1"
+    assert oar.ops.full([2], value=1.0).device == oar.get_device()
+    assert oar.ops.full([2], value=1.0, device=second).device == oar.device(second)
+    assert oar.ops.arange([3], device=oar.device(second)).device == oar.device(second)
+    seen = []
+
+    def on_second():
+        oar.set_device(second)  # this thread's current device only
+        seen.append((oar.ops.full([2], value=1.0).device, oar.empty(2).device, oar.zeros(2).device))
+
+    thread = threading.Thread(target=on_second)
+    thread.start()
+    thread.join()
+    assert seen == [(oar.device(second),) * 3]
+    assert oar.ops.full([2], value=1.0).device == oar.get_device()  # the main thread's is unchanged
+
+
+def test_creation_op_arguments_are_checked_in_the_core(dev):
+    with pytest.raises(TypeError, match=r"full\(\): a shape is ints, got float at position 1"):
+        oar.ops.full([2, 3.0], value=1.0, device=dev)
+    with pytest.raises(TypeError, match=r"full\(\): a shape is ints, not Tensor"):
+        oar.ops.full(oar.ones(2, device=dev), value=1.0, device=dev)
+    with pytest.raises(TypeError, match="takes the shape as its one positional argument"):
+        oar.ops.full([2], 1.0, device=dev)
+    with pytest.raises(TypeError, match="unexpected attr 'valu'"):
+        oar.ops.full([2], valu=1.0, device=dev)
+    with pytest.raises(oar.InvalidDeviceError, match="out of range"):
+        oar.ops.full([2], value=1.0, device=dev.split(":")[0] + ":99")
+    with pytest.raises(oar.InvalidDeviceError, match="no plugin provides device type 'nodevice'"):
+        oar.ops.full([2], value=1.0, device="nodevice")
+    assert oar.ops.full((2, 3), value=2.0, device=dev).tolist() == [[2.0] * 3] * 2
