@@ -95,7 +95,7 @@ def reference_result(op: str, spec: Op, case: opcases.Case) -> Any:
 
 def compare(label: str, got: np.ndarray, want: np.ndarray, column: str) -> None:
     """Raise Failure unless got matches want under the contract's column for got's dtype (exact for ints)."""
-    from oar.reference import _cast_array
+    from oar import reference
 
     if got.shape != want.shape:
         raise Failure(f"{label}: output shape {got.shape}, the reference's {want.shape}")
@@ -114,7 +114,7 @@ def compare(label: str, got: np.ndarray, want: np.ndarray, column: str) -> None:
             raise Failure(f"{label}: {len(bad)} of {g.size} values outside rtol {tol.rtol:g}, atol {atol}; "
                           f"first at {first}: got {g[first]:.9g}, want {w[first]:.9g}; max error {error:.3g}")
         return
-    want_cast = _cast_array(want, got.dtype) if want.dtype.kind == "f" and got.dtype.kind in "iub" \
+    want_cast = reference.cast(want, got.dtype) if want.dtype.kind == "f" and got.dtype.kind in "iub" \
         else want.astype(got.dtype)
     differ = np.argwhere(got != want_cast)
     if differ.size:
