@@ -5,6 +5,7 @@
 #include "kernels_lines.h"
 #include "dtype.h"
 #include "kernels_nn_util.h"
+#include "kernels_index_util.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -184,6 +185,8 @@ oar_status refcpu_run_embedding(const kernel_command* cmd) {
 
 /* ---- gather / scatter / scatter_add ---------------------------------------------- */
 
+typedef enum along_kind { ALONG_GATHER, ALONG_SCATTER, ALONG_SCATTER_ADD } along_kind;
+
 typedef struct along_dim {
   int64_t step;  /* bytes between neighbours along dim of the indexed tensor */
   int size;      /* element bytes */
@@ -191,77 +194,69 @@ typedef struct along_dim {
   uint8_t dtype;
 } along_dim;
 
-/* The typed loops of the rows below for int32/int64 indices and 4/8-byte elements (float32,
-   int32, float64, int64...): no per-element dtype switch. BODY uses index, i and T. */
-#define ALONG_TYPED(a, BODY)                                                                   \
-  do {                                                                                         \
-    if ((a)->int64 && (a)->size == 4) {                                                        \
-      typedef uint32_t T;                                                                      \
-      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int64_t*)(p[0] + i * s[0]); BODY; } \
-    } else if ((a)->int64 && (a)->size == 8) {                                                 \
-      typedef uint64_t T;                                                                      \
-      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int64_t*)(p[0] + i * s[0]); BODY; } \
-    } else if ((a)->size == 4) {                                                               \
-      typedef uint32_t T;                                                                      \
-      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int32_t*)(p[0] + i * s[0]); BODY; } \
-    } else {                                                                                   \
-      typedef uint64_t T;                                                                      \
-      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int32_t*)(p[0] + i * s[0]); BODY; } \
-    }                                                                                          \
+/* One row of a plan over indices' shape: p[0] indices, p[1] the dense side (gather: out; scatter:
+   source), p[2] the indexed side (gather: x; scatter: out) at index 0 of dim. Inlined with
+   constant kind, sizes and (on the fast paths) strides, so each copy is a plain typed loop. */
+static inline __attribute__((always_inline)) void along_loop(char* const* p, int64_t s0, int64_t s1, int64_t s2,
+                                                              int64_t n, int64_t step, int index_size, int size,
+                                                              uint8_t dtype, along_kind kind) {
+  const char* indices = p[0];
+  char *dense = p[1], *indexed = p[2];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t index = index_size == 8 ? *(const int64_t*)(indices + i * s0) : *(const int32_t*)(indices + i * s0);
+    char* at = indexed + i * s2 + index * step;
+    if (kind == ALONG_GATHER) copy_element(dense + i * s1, at, size);
+    else if (kind == ALONG_SCATTER) copy_element(at, dense + i * s1, size);
+    else if (dtype == DTYPE_F32) *(float*)at += *(const float*)(dense + i * s1);
+    else if (dtype == DTYPE_F64) *(double*)at += *(const double*)(dense + i * s1);
+    else add_element(at, dense + i * s1, dtype);
+  }
+}
+
+/* Rows contiguous in indices and the dense side, the indexed side either along dim (s2 0: the
+   row is the indexed dim) or contiguous too, get constant strides; the rest the general loop. */
+#define ALONG_SHAPES(IS, SZ, DT, KIND)                                                           \
+  do {                                                                                           \
+    if (s[0] == (IS) && s[1] == (SZ) && s[2] == 0)                                               \
+      along_loop(p, IS, SZ, 0, n, a->step, IS, SZ, DT, KIND);                                    \
+    else if (s[0] == (IS) && s[1] == (SZ) && s[2] == (SZ))                                       \
+      along_loop(p, IS, SZ, SZ, n, a->step, IS, SZ, DT, KIND);                                   \
+    else                                                                                         \
+      along_loop(p, s[0], s[1], s[2], n, a->step, IS, SZ, DT, KIND);                             \
   } while (0)
 
-static bool along_typed(const along_dim* a) { return a->size == 4 || a->size == 8; }
+#define ALONG_INDEX_TYPES(SZ, DT, KIND)            \
+  do {                                             \
+    if (a->int64) ALONG_SHAPES(8, SZ, DT, KIND);   \
+    else ALONG_SHAPES(4, SZ, DT, KIND);            \
+  } while (0)
 
-/* Rows of the plan over indices' shape: p[0] indices, p[1] out, p[2] x without dim. */
+static inline __attribute__((always_inline)) void along_row(char* const* p, const int64_t* s, int64_t n,
+                                                             const along_dim* a, along_kind kind) {
+  if (kind == ALONG_SCATTER_ADD) { /* typed sums for float32 / float64, add_element for the rest */
+    if (a->dtype == DTYPE_F32) ALONG_INDEX_TYPES(4, DTYPE_F32, kind);
+    else if (a->dtype == DTYPE_F64) ALONG_INDEX_TYPES(8, DTYPE_F64, kind);
+    else along_loop(p, s[0], s[1], s[2], n, a->step, a->int64 ? 8 : 4, a->size, a->dtype, kind);
+    return;
+  }
+  switch (a->size) {
+    case 1: ALONG_INDEX_TYPES(1, 0, kind); break;
+    case 2: ALONG_INDEX_TYPES(2, 0, kind); break;
+    case 4: ALONG_INDEX_TYPES(4, 0, kind); break;
+    default: ALONG_INDEX_TYPES(8, 0, kind); break;
+  }
+}
+
 static void gather_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
-  const along_dim* a = opaque;
-  if (along_typed(a)) {
-    int64_t step = a->step;
-    ALONG_TYPED(a, *(T*)(p[1] + i * s[1]) = *(const T*)(p[2] + i * s[2] + index * step));
-    return;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
-    copy_element(p[1] + i * s[1], p[2] + i * s[2] + index * a->step, a->size);
-  }
+  along_row(p, s, n, opaque, ALONG_GATHER);
 }
 
-/* p[0] indices, p[1] source, p[2] out without dim. */
 static void scatter_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
-  const along_dim* a = opaque;
-  if (along_typed(a)) {
-    int64_t step = a->step;
-    ALONG_TYPED(a, *(T*)(p[2] + i * s[2] + index * step) = *(const T*)(p[1] + i * s[1]));
-    return;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
-    copy_element(p[2] + i * s[2] + index * a->step, p[1] + i * s[1], a->size);
-  }
+  along_row(p, s, n, opaque, ALONG_SCATTER);
 }
-
-/* float32 / float64 sums typed (T is the element type here), the rest through add_element. */
-#define SCATTER_ADD_TYPED(E)                                                                   \
-  for (int64_t i = 0; i < n; i++) {                                                            \
-    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);                                  \
-    *(E*)(p[2] + i * s[2] + index * step) += *(const E*)(p[1] + i * s[1]);                     \
-  }
 
 static void scatter_add_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
-  const along_dim* a = opaque;
-  int64_t step = a->step;
-  if (a->dtype == DTYPE_F32) {
-    SCATTER_ADD_TYPED(float)
-    return;
-  }
-  if (a->dtype == DTYPE_F64) {
-    SCATTER_ADD_TYPED(double)
-    return;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
-    add_element(p[2] + i * s[2] + index * a->step, p[1] + i * s[1], a->dtype);
-  }
+  along_row(p, s, n, opaque, ALONG_SCATTER_ADD);
 }
 
 /* Shapes of gather (source NULL) and scatter: indices no larger than x off dim
@@ -308,8 +303,7 @@ oar_status refcpu_run_gather(const kernel_command* cmd) {
   REFCPU_TRY(normalize_dim("gather", "dim", attr_int(cmd, ATTR_gather_dim), cmd->inputs[0].ndim, &dim));
   if (view_numel(&indices) == 0) return OAR_SUCCESS;
   char what[32];
-  REFCPU_TRY(nn_check_indices("gather", &indices, x.shape[dim], along_text(what, sizeof what, dim),
-                              false, 0));
+  REFCPU_TRY(index_check_range("gather", &indices, x.shape[dim], along_text(what, sizeof what, dim)));
   along_dim a = {.step = x.strides[dim] * x.elem_size, .size = x.elem_size, .int64 = is_int64(&indices)};
   int64_t x_strides[REFCPU_MAX_DIMS];
   memcpy(x_strides, x.strides, sizeof x_strides);
@@ -319,7 +313,7 @@ oar_status refcpu_run_gather(const kernel_command* cmd) {
   strided_plan plan;
   strided_plan_make(&plan, indices.ndim, indices.shape, 3, strides, sizes);
   char* bases[3] = {indices.data, out.data, x.data};
-  strided_for_each_row_parallel(&plan, bases, gather_row, &a);
+  strided_for_each_row_parallel_from(&plan, bases, gather_row, &a, INDEX_PARALLEL_MIN_ELEMENTS);
   return OAR_SUCCESS;
 }
 
@@ -331,9 +325,8 @@ static oar_status run_scatter_common(const kernel_command* cmd, const char* op, 
   REFCPU_TRY(normalize_dim(op, "dim", dim_attr, cmd->inputs[0].ndim, &dim));
   char what[32];
   if (view_numel(&indices) > 0)
-    REFCPU_TRY(nn_check_indices(op, &indices, x.shape[dim], along_text(what, sizeof what, dim),
-                                false, 0));
-  nn_copy_view(&out, &x);
+    REFCPU_TRY(index_check_range(op, &indices, x.shape[dim], along_text(what, sizeof what, dim)));
+  index_copy_view(&out, &x);
   if (view_numel(&indices) == 0) return OAR_SUCCESS;
   along_dim a = {.step = out.strides[dim] * out.elem_size, .size = out.elem_size,
                  .int64 = is_int64(&indices), .dtype = out.dtype};
@@ -345,8 +338,9 @@ static oar_status run_scatter_common(const kernel_command* cmd, const char* op, 
   strided_plan plan;
   strided_plan_make(&plan, indices.ndim, indices.shape, 3, strides, sizes);
   char* bases[3] = {indices.data, source.data, out.data};
-  /* In order, on one thread: the last write wins and sums are reproducible. */
-  strided_for_each_row(&plan, bases, row, &a);
+  /* Each line along dim (where repeated indices collide) on one thread, in order: the last write
+     wins and sums are reproducible. */
+  index_for_each_row_split(&plan, bases, row, &a, 2, INDEX_PARALLEL_MIN_ELEMENTS);
   return OAR_SUCCESS;
 }
 
