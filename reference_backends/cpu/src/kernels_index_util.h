@@ -16,17 +16,31 @@ typedef struct index_range_check {
   int bad;        /* set (relaxed atomic) by any row holding a value outside [0, limit) */
 } index_range_check;
 
-/* One row of index values: an OR of unsigned compares (negatives wrap above limit), no branch. */
+/* Whether a contiguous run holds a value outside [0, limit): an OR of unsigned compares
+   (negatives wrap above limit), no branch, so it vectorizes. */
+REFCPU_VECTOR_CLONES static int index_run_bad_int64(const int64_t* values, int64_t n, uint64_t limit) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) bad |= (uint64_t)values[i] >= limit;
+  return bad;
+}
+
+REFCPU_VECTOR_CLONES static int index_run_bad_int32(const int32_t* values, int64_t n, uint64_t limit) {
+  /* int32 values compare in 32 bits: a limit past INT32_MAX admits every non-negative one */
+  uint32_t limit32 = limit > (uint64_t)INT32_MAX ? (uint32_t)INT32_MAX + 1u : (uint32_t)limit;
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) bad |= (uint32_t)values[i] >= limit32;
+  return bad;
+}
+
+/* One row of index values. */
 static void index_range_check_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
   index_range_check* check = opaque;
   uint64_t limit = check->limit;
   bool bad = false;
   if (check->int64 && s[0] == 8) {
-    const int64_t* values = (const int64_t*)p[0];
-    for (int64_t i = 0; i < n; i++) bad |= (uint64_t)values[i] >= limit;
+    bad = index_run_bad_int64((const int64_t*)p[0], n, limit);
   } else if (!check->int64 && s[0] == 4) {
-    const int32_t* values = (const int32_t*)p[0];
-    for (int64_t i = 0; i < n; i++) bad |= (uint64_t)(int64_t)values[i] >= limit;
+    bad = index_run_bad_int32((const int32_t*)p[0], n, limit);
   } else {
     for (int64_t i = 0; i < n; i++) bad |= (uint64_t)nn_load_index(p[0] + i * s[0], check->int64) >= limit;
   }
