@@ -391,6 +391,10 @@ static oar_status check_index_along(const char* op, const tensor_view* x, const 
 typedef struct select_job {
   tensor_view x, indices, out;
   int32_t dim;
+  int64_t count;                 /* indices */
+  int64_t block;                 /* elements of the dims after dim */
+  bool linear_blocks;            /* those dims are one run in x and in out */
+  int64_t x_step, out_step;      /* the runs' element strides */
 } select_job;
 
 static int64_t index_at(const tensor_view* indices, int64_t i) {
@@ -398,9 +402,34 @@ static int64_t index_at(const tensor_view* indices, int64_t i) {
                        is_int64(indices));
 }
 
+/* Items (p, i) over x.shape[:dim] and the indices, walked with running counters: each copies
+   one run of block elements. */
+static void select_runs(const select_job* job, int64_t begin, int64_t end) {
+  const tensor_view *x = &job->x, *out = &job->out, *indices = &job->indices;
+  int dim = job->dim, size = x->elem_size;
+  int64_t p = begin / job->count, i = begin % job->count;
+  int64_t x_base = nn_offset_of(p, dim, x->shape, x->strides), out_base = nn_offset_of(p, dim, out->shape, out->strides);
+  for (int64_t item = begin; item < end; item++) {
+    const char* source = x->data + (x_base + index_at(indices, i) * x->strides[dim]) * size;
+    char* target = out->data + (out_base + i * out->strides[dim]) * size;
+    if (job->block == 1) copy_element(target, source, size);
+    else nn_copy_run(target, job->out_step, source, job->x_step, job->block, size);
+    if (++i == job->count) {
+      i = 0;
+      p++;
+      x_base = nn_offset_of(p, dim, x->shape, x->strides);
+      out_base = nn_offset_of(p, dim, out->shape, out->strides);
+    }
+  }
+}
+
 static void select_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   (void)chunk;
   const select_job* job = opaque;
+  if (job->linear_blocks) {
+    select_runs(job, begin, end);
+    return;
+  }
   for (int64_t i = begin; i < end; i++) {
     tensor_view target = drop_dim(&job->out, job->dim, i);
     tensor_view source = drop_dim(&job->x, job->dim, index_at(&job->indices, i));
@@ -421,10 +450,20 @@ oar_status refcpu_run_index_select(const kernel_command* cmd) {
   int64_t count = job.indices.shape[0];
   if (count == 0) return OAR_SUCCESS;
   char what[32];
-  REFCPU_TRY(nn_check_indices("index_select", &job.indices, job.x.shape[job.dim],
-                              along_text(what, sizeof what, job.dim), false, 0));
+  REFCPU_TRY(index_check_range("index_select", &job.indices, job.x.shape[job.dim],
+                               along_text(what, sizeof what, job.dim)));
   int64_t slice = view_numel(&job.out) / count;
   if (slice == 0) return OAR_SUCCESS;
+  job.count = count;
+  int after = job.x.ndim - job.dim - 1;
+  job.block = shape_numel(after, job.x.shape + job.dim + 1);
+  job.linear_blocks = nn_block_is_linear(after, job.x.shape + job.dim + 1, job.x.strides + job.dim + 1, &job.x_step) &&
+                      nn_block_is_linear(after, job.out.shape + job.dim + 1, job.out.strides + job.dim + 1, &job.out_step);
+  if (job.linear_blocks) { /* items are (p, i) pairs, each one run */
+    int64_t items = slice / job.block * count;
+    nn_parallel_for(items, nn_chunk_count(items, (double)job.block + 8.0), select_range, &job);
+    return OAR_SUCCESS;
+  }
   nn_parallel_for(count, nn_chunk_count(count, (double)slice), select_range, &job);
   return OAR_SUCCESS;
 }
@@ -572,38 +611,84 @@ static oar_status prepare_advanced(const char* op, const kernel_command* cmd, in
   return check_advanced_values(op, job);
 }
 
-/* index with every dim after dim indexed by 1-d (or 0-d) index tensors, x[i, j]: one element per
-   item, walked with running offsets (no per-item division). */
-static void index_elements(const advanced_job* job, int64_t begin, int64_t end) {
-  const tensor_view *x = &job->x, *out = &job->other, *indices = &job->indices;
+/* The element path: every dim after dim indexed by 1-d (or 0-d) index tensors, x[i, j], so each
+   item moves one element; items are walked with running offsets (no per-item division). */
+static bool advanced_is_elements(const advanced_job* job) {
+  return advanced_inner_ndim(job) == 0 && job->b_ndim <= 1;
+}
+
+typedef struct element_walk {
+  int64_t p, b;                /* the item */
+  int64_t x_base, other_base;  /* element offsets of p in x and other */
+  int64_t index_step, other_step;
+} element_walk;
+
+static void element_walk_start(const advanced_job* job, int64_t item, element_walk* walk) {
+  const tensor_view *x = &job->x, *other = &job->other;
+  walk->p = item / job->positions;
+  walk->b = item % job->positions;
+  walk->x_base = nn_offset_of(walk->p, job->dim, x->shape, x->strides);
+  walk->other_base = nn_offset_of(walk->p, job->dim, other->shape, other->strides);
+  walk->index_step = job->b_ndim ? job->indices.strides[1] : 0;
+  walk->other_step = job->b_ndim ? other->strides[job->dim] : 0;
+}
+
+/* Element offset in x of the walk's item: its index values (checked already) wrapped. */
+static inline int64_t element_walk_x_offset(const advanced_job* job, const element_walk* walk) {
+  const tensor_view *x = &job->x, *indices = &job->indices;
   bool wide = is_int64(indices);
-  int64_t index_step = job->b_ndim ? indices->strides[1] : 0, out_step = job->b_ndim ? out->strides[job->dim] : 0;
-  int64_t p = begin / job->positions, b = begin % job->positions;
-  int64_t x_base = nn_offset_of(p, job->dim, x->shape, x->strides);
-  int64_t out_base = nn_offset_of(p, job->dim, out->shape, out->strides);
+  int64_t offset = walk->x_base;
+  for (int j = 0; j < job->count; j++) {
+    int64_t value = nn_load_index(indices->data + (j * indices->strides[0] + walk->b * walk->index_step) *
+                                                      indices->elem_size, wide);
+    int64_t size = x->shape[job->dim + j];
+    offset += (value < 0 ? value + size : value) * x->strides[job->dim + j];
+  }
+  return offset;
+}
+
+static inline int64_t element_walk_other_offset(const element_walk* walk) {
+  return walk->other_base + walk->b * walk->other_step;
+}
+
+static inline void element_walk_next(const advanced_job* job, element_walk* walk) {
+  if (++walk->b < job->positions) return;
+  walk->b = 0;
+  walk->p++;
+  walk->x_base = nn_offset_of(walk->p, job->dim, job->x.shape, job->x.strides);
+  walk->other_base = nn_offset_of(walk->p, job->dim, job->other.shape, job->other.strides);
+}
+
+/* index: out (other) = x at each item. */
+static void index_elements(const advanced_job* job, int64_t begin, int64_t end) {
+  const tensor_view *x = &job->x, *out = &job->other;
+  element_walk walk;
+  element_walk_start(job, begin, &walk);
   for (int64_t item = begin; item < end; item++) {
-    int64_t x_offset = x_base;
-    for (int j = 0; j < job->count; j++) {
-      int64_t value = nn_load_index(indices->data + (j * indices->strides[0] + b * index_step) * indices->elem_size,
-                                    wide);
-      int64_t size = x->shape[job->dim + j];
-      x_offset += (value < 0 ? value + size : value) * x->strides[job->dim + j];
-    }
-    copy_element(out->data + (out_base + b * out_step) * out->elem_size, x->data + x_offset * x->elem_size,
-                 x->elem_size);
-    if (++b == job->positions) {
-      b = 0;
-      p++;
-      x_base = nn_offset_of(p, job->dim, x->shape, x->strides);
-      out_base = nn_offset_of(p, job->dim, out->shape, out->strides);
-    }
+    copy_element(out->data + element_walk_other_offset(&walk) * out->elem_size,
+                 x->data + element_walk_x_offset(job, &walk) * x->elem_size, x->elem_size);
+    element_walk_next(job, &walk);
+  }
+}
+
+/* index_put: out (x) at each item = or += values (other), all items in order. */
+static void index_put_elements(const advanced_job* job, int64_t items) {
+  const tensor_view *out = &job->x, *values = &job->other;
+  element_walk walk;
+  element_walk_start(job, 0, &walk);
+  for (int64_t item = 0; item < items; item++) {
+    char* target = out->data + element_walk_x_offset(job, &walk) * out->elem_size;
+    const char* source = values->data + element_walk_other_offset(&walk) * values->elem_size;
+    if (job->accumulate) add_element(target, source, out->dtype);
+    else copy_element(target, source, out->elem_size);
+    element_walk_next(job, &walk);
   }
 }
 
 static void index_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   (void)chunk;
   const advanced_job* job = opaque;
-  if (advanced_inner_ndim(job) == 0 && job->b_ndim <= 1) {
+  if (advanced_is_elements(job)) {
     index_elements(job, begin, end);
     return;
   }
@@ -637,9 +722,13 @@ oar_status refcpu_run_index_put(const kernel_command* cmd) {
   advanced_job job = {.x = cmd->outputs[0], .other = cmd->inputs[2],
                       .accumulate = attr_bool(cmd, ATTR_index_put_accumulate)};
   REFCPU_TRY(prepare_advanced("index_put", cmd, attr_int(cmd, ATTR_index_put_dim), &job));
-  nn_copy_view(&cmd->outputs[0], &cmd->inputs[0]);
+  index_copy_view(&cmd->outputs[0], &cmd->inputs[0]);
   int64_t items = view_numel(&job.other) == 0 ? 0 : shape_numel(job.dim, job.x.shape) * job.positions;
   /* In row-major order on one thread: the last write wins and sums are reproducible. */
+  if (advanced_is_elements(&job)) {
+    index_put_elements(&job, items);
+    return OAR_SUCCESS;
+  }
   for (int64_t item = 0; item < items; item++) {
     tensor_view target, source;
     advanced_blocks(&job, item, &target, &source);
