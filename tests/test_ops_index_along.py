@@ -164,3 +164,30 @@ def test_threads_keep_each_line_along_dim_in_order(op):
             want[index[k], np.arange(256)] += source[k]
     for _ in range(3):
         np.testing.assert_array_equal(getattr(oar.ops, op)(ox, oi, osrc, dim=0).numpy(), want)
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("strided", [False, True])
+def test_index_elements_match_torch(index_dtype, strided):
+    rows, cols, count = 300, 128, 5000
+    ox, tx = _x((rows, cols, 1), strided)
+    ox, tx = ox[:, :, 0], tx[:, :, 0]
+    i = RNG.integers(-rows, rows, count).astype(index_dtype)  # negatives count from the end
+    j = RNG.integers(-cols, cols, count).astype(index_dtype)
+    got = oar.ops.index(ox, oar.tensor(np.stack([i, j]))).numpy()
+    np.testing.assert_array_equal(got, tx[torch.tensor(i.astype(np.int64)), torch.tensor(j.astype(np.int64))].numpy())
+
+
+@pytest.mark.parametrize("op", ["index", "index_put"])
+@pytest.mark.parametrize("bad", [128, -129])
+def test_index_element_path_names_a_bad_index(op, bad):
+    x = oar.tensor(RNG.standard_normal((300, 128)).astype(np.float32))
+    i, j = RNG.integers(0, 300, 5000), RNG.integers(0, 128, 5000)
+    j[4321] = bad
+    stacked = oar.tensor(np.stack([i, j]))
+    call = (lambda: oar.ops.index(x, stacked)) if op == "index" else \
+        (lambda: oar.ops.index_put(x, stacked, oar.tensor(np.ones(5000, np.float32)), accumulate=True))
+    pattern = (rf"kernel {op}: index {bad} \(element 4321 of index tensor 1\) is out of range for dim 1 "
+               rf"of x \(size 128\): allowed \[-128, 128\)")
+    with pytest.raises(Exception, match=pattern):
+        call().numpy()

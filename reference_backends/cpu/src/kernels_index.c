@@ -547,6 +547,11 @@ static oar_status check_advanced_values(const char* op, const advanced_job* job)
   bool wide = is_int64(&job->indices);
   for (int j = 0; j < job->count; j++) {
     int64_t size = job->x.shape[job->dim + j];
+    if (job->b_ndim <= 1) { /* one run: the branch-free scan; the loop below names a bad value */
+      int64_t step = (job->b_ndim ? job->indices.strides[1] : 0) * job->indices.elem_size;
+      const char* run = job->indices.data + j * job->indices.strides[0] * job->indices.elem_size;
+      if (!index_run_bad_wrapped(run, step, job->positions, wide, size)) continue;
+    }
     for (int64_t b = 0; b < job->positions; b++) {
       int64_t value = nn_load_index(job->indices.data + advanced_index_offset(job, j, b) * job->indices.elem_size,
                                     wide);
@@ -659,14 +664,32 @@ static inline void element_walk_next(const advanced_job* job, element_walk* walk
   walk->other_base = nn_offset_of(walk->p, job->dim, job->other.shape, job->other.strides);
 }
 
-/* index: out (other) = x at each item. */
+/* index: out (other) = x at each item. The per-index-tensor constants sit in locals: stores
+   through out's char pointer cannot alias them, so they stay in registers. */
 static void index_elements(const advanced_job* job, int64_t begin, int64_t end) {
-  const tensor_view *x = &job->x, *out = &job->other;
+  const tensor_view *x = &job->x, *out = &job->other, *indices = &job->indices;
+  enum { MOST = REFCPU_MAX_DIMS };
+  const char* runs[MOST];
+  int64_t sizes[MOST], x_strides[MOST];
+  int count = job->count, size = x->elem_size;
+  bool wide = is_int64(indices);
+  for (int j = 0; j < count; j++) {
+    runs[j] = indices->data + j * indices->strides[0] * indices->elem_size;
+    sizes[j] = x->shape[job->dim + j];
+    x_strides[j] = x->strides[job->dim + j];
+  }
   element_walk walk;
   element_walk_start(job, begin, &walk);
+  int64_t index_step = walk.index_step * indices->elem_size;
+  const char* x_data = x->data;
+  char* out_data = out->data;
   for (int64_t item = begin; item < end; item++) {
-    copy_element(out->data + element_walk_other_offset(&walk) * out->elem_size,
-                 x->data + element_walk_x_offset(job, &walk) * x->elem_size, x->elem_size);
+    int64_t x_offset = walk.x_base;
+    for (int j = 0; j < count; j++) {
+      int64_t value = nn_load_index(runs[j] + walk.b * index_step, wide);
+      x_offset += (value < 0 ? value + sizes[j] : value) * x_strides[j];
+    }
+    copy_element(out_data + element_walk_other_offset(&walk) * size, x_data + x_offset * size, size);
     element_walk_next(job, &walk);
   }
 }

@@ -32,6 +32,24 @@ REFCPU_VECTOR_CLONES static int index_run_bad_int32(const int32_t* values, int64
   return bad;
 }
 
+/* Whether a run of n index values (byte stride step) holds one outside [-size, size), the range
+   of indices that count negatives from the end: one unsigned compare each, no branch. */
+REFCPU_VECTOR_CLONES static bool index_run_bad_wrapped(const char* values, int64_t step, int64_t n, bool int64,
+                                                       int64_t size) {
+  uint64_t shift = (uint64_t)size, limit = 2 * (uint64_t)size;
+  int bad = 0;
+  if (int64 && step == 8) {
+    const int64_t* run = (const int64_t*)values;
+    for (int64_t i = 0; i < n; i++) bad |= (uint64_t)run[i] + shift >= limit;
+  } else if (!int64 && step == 4) {
+    const int32_t* run = (const int32_t*)values;
+    for (int64_t i = 0; i < n; i++) bad |= (uint64_t)(int64_t)run[i] + shift >= limit;
+  } else {
+    for (int64_t i = 0; i < n; i++) bad |= (uint64_t)nn_load_index(values + i * step, int64) + shift >= limit;
+  }
+  return bad;
+}
+
 /* One row of index values. */
 static void index_range_check_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
   index_range_check* check = opaque;
