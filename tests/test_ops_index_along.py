@@ -191,3 +191,18 @@ def test_index_element_path_names_a_bad_index(op, bad):
                rf"of x \(size 128\): allowed \[-128, 128\)")
     with pytest.raises(Exception, match=pattern):
         call().numpy()
+
+
+@pytest.mark.parametrize("op", ["embedding", "index_add", "one_hot"])
+def test_threaded_range_check_names_the_first_bad_index(op):
+    values = RNG.integers(0, 40, 40000)  # past the threading threshold
+    values[[30001, 35000]] = [40, -2]  # the first bad one is named
+    index = oar.tensor(values)
+    table = oar.tensor(RNG.standard_normal((40, 8)).astype(np.float32))
+    call = {"embedding": lambda: oar.ops.embedding(table, index),
+            "index_add": lambda: oar.ops.index_add(table, oar.tensor(np.ones((40000, 8), np.float32)), index, dim=0),
+            "one_hot": lambda: oar.ops.one_hot(index, num_classes=40)}[op]
+    what = {"embedding": "the rows of weight", "index_add": "dim 0 of x", "one_hot": "num_classes"}[op]
+    with pytest.raises(Exception, match=rf"kernel {op}: index 40 \(element 30001 of the indices\) is out of range "
+                                        rf"for {what}: allowed \[0, 40\)"):
+        call().numpy()

@@ -174,7 +174,7 @@ oar_status refcpu_run_embedding(const kernel_command* cmd) {
   const tensor_view *weight = &cmd->inputs[0], *indices = &cmd->inputs[1], *out = &cmd->outputs[0];
   int64_t count = view_numel(indices);
   if (count == 0) return OAR_SUCCESS;
-  REFCPU_TRY(nn_check_indices("embedding", indices, weight->shape[0], "the rows of weight", false, 0));
+  REFCPU_TRY(index_check_range("embedding", indices, weight->shape[0], "the rows of weight"));
   if (weight->shape[1] == 0) return OAR_SUCCESS;
   embedding_job job = {.weight = weight, .indices = indices, .out = out};
   job.linear_indices = nn_block_is_linear(indices->ndim, indices->shape, indices->strides,
@@ -481,8 +481,7 @@ oar_status refcpu_run_index_add(const kernel_command* cmd) {
   int64_t count = indices.shape[0];
   char what[32];
   if (count > 0)
-    REFCPU_TRY(nn_check_indices("index_add", &indices, x.shape[dim], along_text(what, sizeof what, dim),
-                                false, 0));
+    REFCPU_TRY(index_check_range("index_add", &indices, x.shape[dim], along_text(what, sizeof what, dim)));
   nn_copy_view(&out, &x);
   if (view_numel(&source) == 0) return OAR_SUCCESS;
   /* In index order on one thread: repeated indices accumulate reproducibly. */
@@ -786,7 +785,7 @@ oar_status refcpu_run_one_hot(const kernel_command* cmd) {
   int64_t classes = attr_int(cmd, ATTR_one_hot_num_classes);
   int64_t count = view_numel(indices);
   if (count == 0) return OAR_SUCCESS;
-  REFCPU_TRY(nn_check_indices("one_hot", indices, classes, "num_classes", false, 0));
+  REFCPU_TRY(index_check_range("one_hot", indices, classes, "num_classes"));
   nn_zero_view(out);
   int64_t class_stride = out->strides[out->ndim - 1];
   for (int64_t j = 0; j < count; j++) {
