@@ -5,6 +5,7 @@
 #include "kernels_lines.h"
 #include "dtype.h"
 #include "kernels_nn_util.h"
+#include "kernels_index_util.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -173,7 +174,7 @@ oar_status refcpu_run_embedding(const kernel_command* cmd) {
   const tensor_view *weight = &cmd->inputs[0], *indices = &cmd->inputs[1], *out = &cmd->outputs[0];
   int64_t count = view_numel(indices);
   if (count == 0) return OAR_SUCCESS;
-  REFCPU_TRY(nn_check_indices("embedding", indices, weight->shape[0], "the rows of weight", false, 0));
+  REFCPU_TRY(index_check_range("embedding", indices, weight->shape[0], "the rows of weight"));
   if (weight->shape[1] == 0) return OAR_SUCCESS;
   embedding_job job = {.weight = weight, .indices = indices, .out = out};
   job.linear_indices = nn_block_is_linear(indices->ndim, indices->shape, indices->strides,
@@ -184,6 +185,8 @@ oar_status refcpu_run_embedding(const kernel_command* cmd) {
 
 /* ---- gather / scatter / scatter_add ---------------------------------------------- */
 
+typedef enum along_kind { ALONG_GATHER, ALONG_SCATTER, ALONG_SCATTER_ADD } along_kind;
+
 typedef struct along_dim {
   int64_t step;  /* bytes between neighbours along dim of the indexed tensor */
   int size;      /* element bytes */
@@ -191,77 +194,69 @@ typedef struct along_dim {
   uint8_t dtype;
 } along_dim;
 
-/* The typed loops of the rows below for int32/int64 indices and 4/8-byte elements (float32,
-   int32, float64, int64...): no per-element dtype switch. BODY uses index, i and T. */
-#define ALONG_TYPED(a, BODY)                                                                   \
-  do {                                                                                         \
-    if ((a)->int64 && (a)->size == 4) {                                                        \
-      typedef uint32_t T;                                                                      \
-      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int64_t*)(p[0] + i * s[0]); BODY; } \
-    } else if ((a)->int64 && (a)->size == 8) {                                                 \
-      typedef uint64_t T;                                                                      \
-      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int64_t*)(p[0] + i * s[0]); BODY; } \
-    } else if ((a)->size == 4) {                                                               \
-      typedef uint32_t T;                                                                      \
-      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int32_t*)(p[0] + i * s[0]); BODY; } \
-    } else {                                                                                   \
-      typedef uint64_t T;                                                                      \
-      for (int64_t i = 0; i < n; i++) { int64_t index = *(const int32_t*)(p[0] + i * s[0]); BODY; } \
-    }                                                                                          \
+/* One row of a plan over indices' shape: p[0] indices, p[1] the dense side (gather: out; scatter:
+   source), p[2] the indexed side (gather: x; scatter: out) at index 0 of dim. Inlined with
+   constant kind, sizes and (on the fast paths) strides, so each copy is a plain typed loop. */
+static inline __attribute__((always_inline)) void along_loop(char* const* p, int64_t s0, int64_t s1, int64_t s2,
+                                                              int64_t n, int64_t step, int index_size, int size,
+                                                              uint8_t dtype, along_kind kind) {
+  const char* indices = p[0];
+  char *dense = p[1], *indexed = p[2];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t index = index_size == 8 ? *(const int64_t*)(indices + i * s0) : *(const int32_t*)(indices + i * s0);
+    char* at = indexed + i * s2 + index * step;
+    if (kind == ALONG_GATHER) copy_element(dense + i * s1, at, size);
+    else if (kind == ALONG_SCATTER) copy_element(at, dense + i * s1, size);
+    else if (dtype == DTYPE_F32) *(float*)at += *(const float*)(dense + i * s1);
+    else if (dtype == DTYPE_F64) *(double*)at += *(const double*)(dense + i * s1);
+    else add_element(at, dense + i * s1, dtype);
+  }
+}
+
+/* Rows contiguous in indices and the dense side, the indexed side either along dim (s2 0: the
+   row is the indexed dim) or contiguous too, get constant strides; the rest the general loop. */
+#define ALONG_SHAPES(IS, SZ, DT, KIND)                                                           \
+  do {                                                                                           \
+    if (s[0] == (IS) && s[1] == (SZ) && s[2] == 0)                                               \
+      along_loop(p, IS, SZ, 0, n, a->step, IS, SZ, DT, KIND);                                    \
+    else if (s[0] == (IS) && s[1] == (SZ) && s[2] == (SZ))                                       \
+      along_loop(p, IS, SZ, SZ, n, a->step, IS, SZ, DT, KIND);                                   \
+    else                                                                                         \
+      along_loop(p, s[0], s[1], s[2], n, a->step, IS, SZ, DT, KIND);                             \
   } while (0)
 
-static bool along_typed(const along_dim* a) { return a->size == 4 || a->size == 8; }
+#define ALONG_INDEX_TYPES(SZ, DT, KIND)            \
+  do {                                             \
+    if (a->int64) ALONG_SHAPES(8, SZ, DT, KIND);   \
+    else ALONG_SHAPES(4, SZ, DT, KIND);            \
+  } while (0)
 
-/* Rows of the plan over indices' shape: p[0] indices, p[1] out, p[2] x without dim. */
+static inline __attribute__((always_inline)) void along_row(char* const* p, const int64_t* s, int64_t n,
+                                                             const along_dim* a, along_kind kind) {
+  if (kind == ALONG_SCATTER_ADD) { /* typed sums for float32 / float64, add_element for the rest */
+    if (a->dtype == DTYPE_F32) ALONG_INDEX_TYPES(4, DTYPE_F32, kind);
+    else if (a->dtype == DTYPE_F64) ALONG_INDEX_TYPES(8, DTYPE_F64, kind);
+    else along_loop(p, s[0], s[1], s[2], n, a->step, a->int64 ? 8 : 4, a->size, a->dtype, kind);
+    return;
+  }
+  switch (a->size) {
+    case 1: ALONG_INDEX_TYPES(1, 0, kind); break;
+    case 2: ALONG_INDEX_TYPES(2, 0, kind); break;
+    case 4: ALONG_INDEX_TYPES(4, 0, kind); break;
+    default: ALONG_INDEX_TYPES(8, 0, kind); break;
+  }
+}
+
 static void gather_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
-  const along_dim* a = opaque;
-  if (along_typed(a)) {
-    int64_t step = a->step;
-    ALONG_TYPED(a, *(T*)(p[1] + i * s[1]) = *(const T*)(p[2] + i * s[2] + index * step));
-    return;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
-    copy_element(p[1] + i * s[1], p[2] + i * s[2] + index * a->step, a->size);
-  }
+  along_row(p, s, n, opaque, ALONG_GATHER);
 }
 
-/* p[0] indices, p[1] source, p[2] out without dim. */
 static void scatter_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
-  const along_dim* a = opaque;
-  if (along_typed(a)) {
-    int64_t step = a->step;
-    ALONG_TYPED(a, *(T*)(p[2] + i * s[2] + index * step) = *(const T*)(p[1] + i * s[1]));
-    return;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
-    copy_element(p[2] + i * s[2] + index * a->step, p[1] + i * s[1], a->size);
-  }
+  along_row(p, s, n, opaque, ALONG_SCATTER);
 }
-
-/* float32 / float64 sums typed (T is the element type here), the rest through add_element. */
-#define SCATTER_ADD_TYPED(E)                                                                   \
-  for (int64_t i = 0; i < n; i++) {                                                            \
-    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);                                  \
-    *(E*)(p[2] + i * s[2] + index * step) += *(const E*)(p[1] + i * s[1]);                     \
-  }
 
 static void scatter_add_row(char* const* p, const int64_t* s, int64_t n, void* opaque) {
-  const along_dim* a = opaque;
-  int64_t step = a->step;
-  if (a->dtype == DTYPE_F32) {
-    SCATTER_ADD_TYPED(float)
-    return;
-  }
-  if (a->dtype == DTYPE_F64) {
-    SCATTER_ADD_TYPED(double)
-    return;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    int64_t index = nn_load_index(p[0] + i * s[0], a->int64);
-    add_element(p[2] + i * s[2] + index * a->step, p[1] + i * s[1], a->dtype);
-  }
+  along_row(p, s, n, opaque, ALONG_SCATTER_ADD);
 }
 
 /* Shapes of gather (source NULL) and scatter: indices no larger than x off dim
@@ -308,8 +303,7 @@ oar_status refcpu_run_gather(const kernel_command* cmd) {
   REFCPU_TRY(normalize_dim("gather", "dim", attr_int(cmd, ATTR_gather_dim), cmd->inputs[0].ndim, &dim));
   if (view_numel(&indices) == 0) return OAR_SUCCESS;
   char what[32];
-  REFCPU_TRY(nn_check_indices("gather", &indices, x.shape[dim], along_text(what, sizeof what, dim),
-                              false, 0));
+  REFCPU_TRY(index_check_range("gather", &indices, x.shape[dim], along_text(what, sizeof what, dim)));
   along_dim a = {.step = x.strides[dim] * x.elem_size, .size = x.elem_size, .int64 = is_int64(&indices)};
   int64_t x_strides[REFCPU_MAX_DIMS];
   memcpy(x_strides, x.strides, sizeof x_strides);
@@ -319,7 +313,7 @@ oar_status refcpu_run_gather(const kernel_command* cmd) {
   strided_plan plan;
   strided_plan_make(&plan, indices.ndim, indices.shape, 3, strides, sizes);
   char* bases[3] = {indices.data, out.data, x.data};
-  strided_for_each_row_parallel(&plan, bases, gather_row, &a);
+  strided_for_each_row_parallel_from(&plan, bases, gather_row, &a, INDEX_PARALLEL_MIN_ELEMENTS);
   return OAR_SUCCESS;
 }
 
@@ -331,9 +325,8 @@ static oar_status run_scatter_common(const kernel_command* cmd, const char* op, 
   REFCPU_TRY(normalize_dim(op, "dim", dim_attr, cmd->inputs[0].ndim, &dim));
   char what[32];
   if (view_numel(&indices) > 0)
-    REFCPU_TRY(nn_check_indices(op, &indices, x.shape[dim], along_text(what, sizeof what, dim),
-                                false, 0));
-  nn_copy_view(&out, &x);
+    REFCPU_TRY(index_check_range(op, &indices, x.shape[dim], along_text(what, sizeof what, dim)));
+  index_copy_view(&out, &x);
   if (view_numel(&indices) == 0) return OAR_SUCCESS;
   along_dim a = {.step = out.strides[dim] * out.elem_size, .size = out.elem_size,
                  .int64 = is_int64(&indices), .dtype = out.dtype};
@@ -345,8 +338,9 @@ static oar_status run_scatter_common(const kernel_command* cmd, const char* op, 
   strided_plan plan;
   strided_plan_make(&plan, indices.ndim, indices.shape, 3, strides, sizes);
   char* bases[3] = {indices.data, source.data, out.data};
-  /* In order, on one thread: the last write wins and sums are reproducible. */
-  strided_for_each_row(&plan, bases, row, &a);
+  /* Each line along dim (where repeated indices collide) on one thread, in order: the last write
+     wins and sums are reproducible. */
+  index_for_each_row_split(&plan, bases, row, &a, 2, INDEX_PARALLEL_MIN_ELEMENTS);
   return OAR_SUCCESS;
 }
 
@@ -397,6 +391,10 @@ static oar_status check_index_along(const char* op, const tensor_view* x, const 
 typedef struct select_job {
   tensor_view x, indices, out;
   int32_t dim;
+  int64_t count;                 /* indices */
+  int64_t block;                 /* elements of the dims after dim */
+  bool linear_blocks;            /* those dims are one run in x and in out */
+  int64_t x_step, out_step;      /* the runs' element strides */
 } select_job;
 
 static int64_t index_at(const tensor_view* indices, int64_t i) {
@@ -404,9 +402,34 @@ static int64_t index_at(const tensor_view* indices, int64_t i) {
                        is_int64(indices));
 }
 
+/* Items (p, i) over x.shape[:dim] and the indices, walked with running counters: each copies
+   one run of block elements. */
+static void select_runs(const select_job* job, int64_t begin, int64_t end) {
+  const tensor_view *x = &job->x, *out = &job->out, *indices = &job->indices;
+  int dim = job->dim, size = x->elem_size;
+  int64_t p = begin / job->count, i = begin % job->count;
+  int64_t x_base = nn_offset_of(p, dim, x->shape, x->strides), out_base = nn_offset_of(p, dim, out->shape, out->strides);
+  for (int64_t item = begin; item < end; item++) {
+    const char* source = x->data + (x_base + index_at(indices, i) * x->strides[dim]) * size;
+    char* target = out->data + (out_base + i * out->strides[dim]) * size;
+    if (job->block == 1) copy_element(target, source, size);
+    else nn_copy_run(target, job->out_step, source, job->x_step, job->block, size);
+    if (++i == job->count) {
+      i = 0;
+      p++;
+      x_base = nn_offset_of(p, dim, x->shape, x->strides);
+      out_base = nn_offset_of(p, dim, out->shape, out->strides);
+    }
+  }
+}
+
 static void select_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   (void)chunk;
   const select_job* job = opaque;
+  if (job->linear_blocks) {
+    select_runs(job, begin, end);
+    return;
+  }
   for (int64_t i = begin; i < end; i++) {
     tensor_view target = drop_dim(&job->out, job->dim, i);
     tensor_view source = drop_dim(&job->x, job->dim, index_at(&job->indices, i));
@@ -427,10 +450,20 @@ oar_status refcpu_run_index_select(const kernel_command* cmd) {
   int64_t count = job.indices.shape[0];
   if (count == 0) return OAR_SUCCESS;
   char what[32];
-  REFCPU_TRY(nn_check_indices("index_select", &job.indices, job.x.shape[job.dim],
-                              along_text(what, sizeof what, job.dim), false, 0));
+  REFCPU_TRY(index_check_range("index_select", &job.indices, job.x.shape[job.dim],
+                               along_text(what, sizeof what, job.dim)));
   int64_t slice = view_numel(&job.out) / count;
   if (slice == 0) return OAR_SUCCESS;
+  job.count = count;
+  int after = job.x.ndim - job.dim - 1;
+  job.block = shape_numel(after, job.x.shape + job.dim + 1);
+  job.linear_blocks = nn_block_is_linear(after, job.x.shape + job.dim + 1, job.x.strides + job.dim + 1, &job.x_step) &&
+                      nn_block_is_linear(after, job.out.shape + job.dim + 1, job.out.strides + job.dim + 1, &job.out_step);
+  if (job.linear_blocks) { /* items are (p, i) pairs, each one run */
+    int64_t items = slice / job.block * count;
+    nn_parallel_for(items, nn_chunk_count(items, (double)job.block + 8.0), select_range, &job);
+    return OAR_SUCCESS;
+  }
   nn_parallel_for(count, nn_chunk_count(count, (double)slice), select_range, &job);
   return OAR_SUCCESS;
 }
@@ -448,8 +481,7 @@ oar_status refcpu_run_index_add(const kernel_command* cmd) {
   int64_t count = indices.shape[0];
   char what[32];
   if (count > 0)
-    REFCPU_TRY(nn_check_indices("index_add", &indices, x.shape[dim], along_text(what, sizeof what, dim),
-                                false, 0));
+    REFCPU_TRY(index_check_range("index_add", &indices, x.shape[dim], along_text(what, sizeof what, dim)));
   nn_copy_view(&out, &x);
   if (view_numel(&source) == 0) return OAR_SUCCESS;
   /* In index order on one thread: repeated indices accumulate reproducibly. */
@@ -514,6 +546,11 @@ static oar_status check_advanced_values(const char* op, const advanced_job* job)
   bool wide = is_int64(&job->indices);
   for (int j = 0; j < job->count; j++) {
     int64_t size = job->x.shape[job->dim + j];
+    if (job->b_ndim <= 1) { /* one run: the branch-free scan; the loop below names a bad value */
+      int64_t step = (job->b_ndim ? job->indices.strides[1] : 0) * job->indices.elem_size;
+      const char* run = job->indices.data + j * job->indices.strides[0] * job->indices.elem_size;
+      if (!index_run_bad_wrapped(run, step, job->positions, wide, size)) continue;
+    }
     for (int64_t b = 0; b < job->positions; b++) {
       int64_t value = nn_load_index(job->indices.data + advanced_index_offset(job, j, b) * job->indices.elem_size,
                                     wide);
@@ -578,38 +615,102 @@ static oar_status prepare_advanced(const char* op, const kernel_command* cmd, in
   return check_advanced_values(op, job);
 }
 
-/* index with every dim after dim indexed by 1-d (or 0-d) index tensors, x[i, j]: one element per
-   item, walked with running offsets (no per-item division). */
+/* The element path: every dim after dim indexed by 1-d (or 0-d) index tensors, x[i, j], so each
+   item moves one element; items are walked with running offsets (no per-item division). */
+static bool advanced_is_elements(const advanced_job* job) {
+  return advanced_inner_ndim(job) == 0 && job->b_ndim <= 1;
+}
+
+typedef struct element_walk {
+  int64_t p, b;                /* the item */
+  int64_t x_base, other_base;  /* element offsets of p in x and other */
+  int64_t index_step, other_step;
+} element_walk;
+
+static void element_walk_start(const advanced_job* job, int64_t item, element_walk* walk) {
+  const tensor_view *x = &job->x, *other = &job->other;
+  walk->p = item / job->positions;
+  walk->b = item % job->positions;
+  walk->x_base = nn_offset_of(walk->p, job->dim, x->shape, x->strides);
+  walk->other_base = nn_offset_of(walk->p, job->dim, other->shape, other->strides);
+  walk->index_step = job->b_ndim ? job->indices.strides[1] : 0;
+  walk->other_step = job->b_ndim ? other->strides[job->dim] : 0;
+}
+
+/* Element offset in x of the walk's item: its index values (checked already) wrapped. */
+static inline int64_t element_walk_x_offset(const advanced_job* job, const element_walk* walk) {
+  const tensor_view *x = &job->x, *indices = &job->indices;
+  bool wide = is_int64(indices);
+  int64_t offset = walk->x_base;
+  for (int j = 0; j < job->count; j++) {
+    int64_t value = nn_load_index(indices->data + (j * indices->strides[0] + walk->b * walk->index_step) *
+                                                      indices->elem_size, wide);
+    int64_t size = x->shape[job->dim + j];
+    offset += (value < 0 ? value + size : value) * x->strides[job->dim + j];
+  }
+  return offset;
+}
+
+static inline int64_t element_walk_other_offset(const element_walk* walk) {
+  return walk->other_base + walk->b * walk->other_step;
+}
+
+static inline void element_walk_next(const advanced_job* job, element_walk* walk) {
+  if (++walk->b < job->positions) return;
+  walk->b = 0;
+  walk->p++;
+  walk->x_base = nn_offset_of(walk->p, job->dim, job->x.shape, job->x.strides);
+  walk->other_base = nn_offset_of(walk->p, job->dim, job->other.shape, job->other.strides);
+}
+
+/* index: out (other) = x at each item. The per-index-tensor constants sit in locals: stores
+   through out's char pointer cannot alias them, so they stay in registers. */
 static void index_elements(const advanced_job* job, int64_t begin, int64_t end) {
   const tensor_view *x = &job->x, *out = &job->other, *indices = &job->indices;
+  enum { MOST = REFCPU_MAX_DIMS };
+  const char* runs[MOST];
+  int64_t sizes[MOST], x_strides[MOST];
+  int count = job->count, size = x->elem_size;
   bool wide = is_int64(indices);
-  int64_t index_step = job->b_ndim ? indices->strides[1] : 0, out_step = job->b_ndim ? out->strides[job->dim] : 0;
-  int64_t p = begin / job->positions, b = begin % job->positions;
-  int64_t x_base = nn_offset_of(p, job->dim, x->shape, x->strides);
-  int64_t out_base = nn_offset_of(p, job->dim, out->shape, out->strides);
+  for (int j = 0; j < count; j++) {
+    runs[j] = indices->data + j * indices->strides[0] * indices->elem_size;
+    sizes[j] = x->shape[job->dim + j];
+    x_strides[j] = x->strides[job->dim + j];
+  }
+  element_walk walk;
+  element_walk_start(job, begin, &walk);
+  int64_t index_step = walk.index_step * indices->elem_size;
+  const char* x_data = x->data;
+  char* out_data = out->data;
   for (int64_t item = begin; item < end; item++) {
-    int64_t x_offset = x_base;
-    for (int j = 0; j < job->count; j++) {
-      int64_t value = nn_load_index(indices->data + (j * indices->strides[0] + b * index_step) * indices->elem_size,
-                                    wide);
-      int64_t size = x->shape[job->dim + j];
-      x_offset += (value < 0 ? value + size : value) * x->strides[job->dim + j];
+    int64_t x_offset = walk.x_base;
+    for (int j = 0; j < count; j++) {
+      int64_t value = nn_load_index(runs[j] + walk.b * index_step, wide);
+      x_offset += (value < 0 ? value + sizes[j] : value) * x_strides[j];
     }
-    copy_element(out->data + (out_base + b * out_step) * out->elem_size, x->data + x_offset * x->elem_size,
-                 x->elem_size);
-    if (++b == job->positions) {
-      b = 0;
-      p++;
-      x_base = nn_offset_of(p, job->dim, x->shape, x->strides);
-      out_base = nn_offset_of(p, job->dim, out->shape, out->strides);
-    }
+    copy_element(out_data + element_walk_other_offset(&walk) * size, x_data + x_offset * size, size);
+    element_walk_next(job, &walk);
+  }
+}
+
+/* index_put: out (x) at each item = or += values (other), all items in order. */
+static void index_put_elements(const advanced_job* job, int64_t items) {
+  const tensor_view *out = &job->x, *values = &job->other;
+  element_walk walk;
+  element_walk_start(job, 0, &walk);
+  for (int64_t item = 0; item < items; item++) {
+    char* target = out->data + element_walk_x_offset(job, &walk) * out->elem_size;
+    const char* source = values->data + element_walk_other_offset(&walk) * values->elem_size;
+    if (job->accumulate) add_element(target, source, out->dtype);
+    else copy_element(target, source, out->elem_size);
+    element_walk_next(job, &walk);
   }
 }
 
 static void index_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   (void)chunk;
   const advanced_job* job = opaque;
-  if (advanced_inner_ndim(job) == 0 && job->b_ndim <= 1) {
+  if (advanced_is_elements(job)) {
     index_elements(job, begin, end);
     return;
   }
@@ -643,9 +744,13 @@ oar_status refcpu_run_index_put(const kernel_command* cmd) {
   advanced_job job = {.x = cmd->outputs[0], .other = cmd->inputs[2],
                       .accumulate = attr_bool(cmd, ATTR_index_put_accumulate)};
   REFCPU_TRY(prepare_advanced("index_put", cmd, attr_int(cmd, ATTR_index_put_dim), &job));
-  nn_copy_view(&cmd->outputs[0], &cmd->inputs[0]);
+  index_copy_view(&cmd->outputs[0], &cmd->inputs[0]);
   int64_t items = view_numel(&job.other) == 0 ? 0 : shape_numel(job.dim, job.x.shape) * job.positions;
   /* In row-major order on one thread: the last write wins and sums are reproducible. */
+  if (advanced_is_elements(&job)) {
+    index_put_elements(&job, items);
+    return OAR_SUCCESS;
+  }
   for (int64_t item = 0; item < items; item++) {
     tensor_view target, source;
     advanced_blocks(&job, item, &target, &source);
@@ -680,7 +785,7 @@ oar_status refcpu_run_one_hot(const kernel_command* cmd) {
   int64_t classes = attr_int(cmd, ATTR_one_hot_num_classes);
   int64_t count = view_numel(indices);
   if (count == 0) return OAR_SUCCESS;
-  REFCPU_TRY(nn_check_indices("one_hot", indices, classes, "num_classes", false, 0));
+  REFCPU_TRY(index_check_range("one_hot", indices, classes, "num_classes"));
   nn_zero_view(out);
   int64_t class_stride = out->strides[out->ndim - 1];
   for (int64_t j = 0; j < count; j++) {

@@ -801,6 +801,7 @@ typedef struct conv_job {
   const char* w;              /* compact weight [O, ck] (forward, backward input) */
   bool pointwise;             /* x is its own column matrix (1x1, stride 1, no padding) */
   bool x_direct, grad_direct, out_direct, out_compact;
+  bool dw_transposed;         /* weight-gradient partials are dW^T [ck, O/g] per group */
   int64_t x_ld, grad_ld, out_ld;
   int64_t col_columns;        /* columns of the scratch column matrix */
   int64_t tile_rows;          /* output rows per column tile */
@@ -1117,8 +1118,10 @@ oar_status refcpu_check_conv2d_backward_weight(kernel_command* cmd) {
   return OAR_SUCCESS;
 }
 
-/* Items are samples: per group, dW_g [O/g, ck] (+)= grad_g [O/g, P] @ col^T,
-   into the chunk's own partial (summed in chunk order afterwards). */
+/* Items are samples: per group, dW_g [O/g, ck] (+)= grad_g [O/g, P] @ col^T (pointwise: x is
+   col), into the chunk's own partial (summed in chunk order afterwards). From a column matrix
+   the partial is dW_g^T [ck, O/g] (+)= col @ grad_g^T: the BLAS runs that orientation of the
+   thin, long-K product about a fifth faster (OpenBLAS SkylakeX sgemm, 64x147, K 1680). */
 static void conv_backward_weight_range(void* opaque, int64_t begin, int64_t end, int chunk) {
   const conv_job* job = opaque;
   const conv_geometry* g = &job->g;
@@ -1126,8 +1129,9 @@ static void conv_backward_weight_range(void* opaque, int64_t begin, int64_t end,
   int size = job->size;
   char* col = conv_part(job, chunk, job->col_at);
   char* block = conv_part(job, chunk, job->block_at);
-  char* dw = job->chunks_used == 1 && job->out_compact ? job->out->data
-                                                       : conv_part(job, chunk, job->partial_at);
+  char* dw = job->chunks_used == 1 && job->out_compact && !job->dw_transposed
+                 ? job->out->data
+                 : conv_part(job, chunk, job->partial_at);
   for (int64_t n = begin; n < end; n++)
     for (int64_t group = 0; group < g->groups; group++) {
       const char* grad_block = grad->data + (n * grad->strides[0] + group * g->group_out * grad->strides[1]) * size;
@@ -1151,10 +1155,27 @@ static void conv_backward_weight_range(void* opaque, int64_t begin, int64_t end,
         int64_t oh_end = oh + job->tile_rows < g->out_h ? oh + job->tile_rows : g->out_h;
         int64_t columns = (oh_end - oh) * g->out_w;
         conv_im2col(job->f64, x_block, x, g, oh, oh_end, col);
-        conv_gemm(job->f64, false, true, g->group_out, g->ck, columns, a + oh * g->out_w * size, lda, col,
-                  columns, n == begin && oh == 0 ? 0.0 : 1.0, dw_group, g->ck);
+        conv_gemm(job->f64, false, true, g->ck, g->group_out, columns, col, columns, a + oh * g->out_w * size,
+                  lda, n == begin && oh == 0 ? 0.0 : 1.0, dw_group, g->group_out);
       }
     }
+}
+
+/* total's groups from dW_g^T [ck, O/g] to dW_g [O/g, ck], in place through a copy. */
+static oar_status conv_untranspose_dw(const char* op, const conv_job* job, char* total) {
+  const conv_geometry* g = &job->g;
+  size_t group_bytes = (size_t)(g->group_out * g->ck) * (size_t)job->size;
+  char* copy = malloc(group_bytes ? group_bytes : 1);
+  if (!copy) return refcpu_fail(OAR_ERROR_OUT_OF_MEMORY, "kernel %s: out of host memory", op);
+  for (int64_t group = 0; group < g->groups; group++) {
+    char* block = total + (size_t)group * group_bytes;
+    memcpy(copy, block, group_bytes);
+    for (int64_t k = 0; k < g->ck; k++)
+      for (int64_t o = 0; o < g->group_out; o++)
+        memcpy(block + (o * g->ck + k) * job->size, copy + (k * g->group_out + o) * job->size, (size_t)job->size);
+  }
+  free(copy);
+  return OAR_SUCCESS;
 }
 
 oar_status refcpu_run_conv2d_backward_weight(const kernel_command* cmd) {
@@ -1180,7 +1201,8 @@ oar_status refcpu_run_conv2d_backward_weight(const kernel_command* cmd) {
   job.chunks_used = chunks_used(g->batch, chunks);
   job.tile_rows = conv_tile_rows(g, job.size);
   job.col_columns = job.tile_rows * g->out_w;
-  bool partials = !(job.chunks_used == 1 && job.out_compact);
+  job.dw_transposed = !job.x_direct;
+  bool partials = job.dw_transposed || !(job.chunks_used == 1 && job.out_compact);
   oar_status status = conv_scratch(op, &job, chunks, !job.x_direct, !job.grad_direct, false, partials);
   if (status == OAR_SUCCESS) {
     nn_parallel_for(g->batch, chunks, conv_backward_weight_range, &job);
@@ -1195,7 +1217,8 @@ oar_status refcpu_run_conv2d_backward_weight(const kernel_command* cmd) {
         else
           for (int64_t i = 0; i < count; i++) ((float*)total)[i] += ((const float*)part)[i];
       }
-      nn_unpack(out->data, total, 4, out->shape, out->strides, job.size);
+      if (job.dw_transposed) status = conv_untranspose_dw(op, &job, total);
+      if (status == OAR_SUCCESS) nn_unpack(out->data, total, 4, out->shape, out->strides, job.size);
     }
   }
   free(job.scratch);

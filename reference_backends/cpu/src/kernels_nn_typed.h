@@ -387,7 +387,7 @@ static void NN_FN(avg_pool_backward_plane)(const pool_geometry* g, const NN_FN(p
 /* col [ck, (oh_end - oh_begin) * out_w] (row (c * k_h + i) * k_w + j) for the
    output rows [oh_begin, oh_end) from the group's input channels x (element
    strides c_stride, h_stride, w_stride); padding reads 0. */
-static void NN_FN(im2col)(const NN_T* x, int64_t c_stride, int64_t h_stride, int64_t w_stride,
+REFCPU_VECTOR_CLONES static void NN_FN(im2col)(const NN_T* x, int64_t c_stride, int64_t h_stride, int64_t w_stride,
                           const conv_geometry* g, int64_t oh_begin, int64_t oh_end, NN_T* restrict col) {
   int64_t out_w = g->out_w, spatial = (oh_end - oh_begin) * g->out_w;
   for (int64_t c = 0; c < g->group_in; c++)
@@ -408,6 +408,8 @@ static void NN_FN(im2col)(const NN_T* x, int64_t c_stride, int64_t h_stride, int
           for (int64_t ow = 0; ow < begin; ow++) target[ow] = 0;
           if (g->stride[1] == 1 && w_stride == 1) {
             for (int64_t ow = begin; ow < end; ow++) target[ow] = source[ow + w_shift];
+          } else if (g->stride[1] == 2 && w_stride == 1) { /* a constant stride: vector deinterleaves */
+            for (int64_t ow = begin; ow < end; ow++) target[ow] = source[2 * ow + w_shift];
           } else {
             for (int64_t ow = begin; ow < end; ow++)
               target[ow] = source[(ow * g->stride[1] + w_shift) * w_stride];
