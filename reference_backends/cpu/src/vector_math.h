@@ -65,33 +65,36 @@ REFCPU_ALWAYS_INLINE float refcpu_expm1f(float x) {
 
 /* sin/cos reduce x by pi/2 in float64 (fdlibm's 33-bit pio2_1 + pio2_1t: exact
    products for |x| < REFCPU_TRIG_LIMIT) and evaluate FreeBSD's float kernels
-   __kernel_sindf/__kernel_cosdf (float64, |r| <= pi/4): under 1 ulp. Larger,
-   Inf and NaN arguments are the caller's (libm). */
+   __kernel_sindf/__kernel_cosdf (float64, |r| <= pi/4) with fma: under 1 ulp.
+   Larger, Inf and NaN arguments are the caller's (libm). */
 #define REFCPU_TRIG_LIMIT 1048576.0f
 
 /* The reduced argument r and the quadrant q (x = q pi/2 + r). */
 REFCPU_ALWAYS_INLINE double refcpu_trig_reduce(float x, int32_t* quadrant) {
   const double shifter = 6755399441055744.0; /* 1.5 * 2^52: rounds to an integer */
   double xd = (double)x;
-  double t = xd * 6.36619772367581382433e-01 + shifter;
+  double t = __builtin_fma(xd, 6.36619772367581382433e-01, shifter);
   double j = t - shifter;
   int64_t bits;
   memcpy(&bits, &t, sizeof bits);
   *quadrant = (int32_t)(bits & 3);
-  return (xd - j * 1.57079632673412561417e+00) - j * 6.07710050650619224932e-11;
+  double r = __builtin_fma(-j, 1.57079632673412561417e+00, xd);
+  return __builtin_fma(-j, 6.07710050650619224932e-11, r);
 }
 
 REFCPU_ALWAYS_INLINE double refcpu_sin_kernel(double r) {
   double z = r * r, w = z * z;
-  double poly = -0.000198393348360966317347 + z * 0.0000027183114939898219064;
+  double poly = __builtin_fma(z, 0.0000027183114939898219064, -0.000198393348360966317347);
   double s = z * r;
-  return (r + s * (-0.166666666416265235595 + z * 0.0083333293858894631756)) + s * w * poly;
+  double head = __builtin_fma(s, __builtin_fma(z, 0.0083333293858894631756, -0.166666666416265235595), r);
+  return __builtin_fma(s * w, poly, head);
 }
 
 REFCPU_ALWAYS_INLINE double refcpu_cos_kernel(double r) {
   double z = r * r, w = z * z;
-  double poly = -0.00138867637746099294692 + z * 0.0000243904487962774090654;
-  return ((1.0 + z * -0.499999997251031003120) + w * 0.0416666233237390631894) + (w * z) * poly;
+  double poly = __builtin_fma(z, 0.0000243904487962774090654, -0.00138867637746099294692);
+  double head = __builtin_fma(w, 0.0416666233237390631894, __builtin_fma(z, -0.499999997251031003120, 1.0));
+  return __builtin_fma(w * z, poly, head);
 }
 
 /* sin x for |x| <= REFCPU_TRIG_LIMIT; sin(+-0) = +-0. */
@@ -111,6 +114,64 @@ REFCPU_ALWAYS_INLINE float refcpu_cosf_reduced(float x) {
   double s = refcpu_sin_kernel(r), c = refcpu_cos_kernel(r);
   double v = (q & 1) ? s : c;
   return (float)(((q + 1) & 2) ? -v : v);
+}
+
+/* x^y for 0 < x < Inf (subnormals included) and finite y, in float64 with
+   one final rounding to float (which also gives Inf on overflow, subnormals
+   and 0 on underflow): log2 x = e + 2 atanh(s) / ln 2 with x = m 2^e,
+   m in [sqrt(1/2), sqrt 2), s = (m - 1) / (m + 1) (series to s^17: 3e-14
+   relative), and 2^v = 2^n 2^f, |f| <= 1/2, by a degree-10 Taylor polynomial
+   (2e-13). The float64 error is ~1e-9 of a float ulp: within 0.5 ulp but for
+   near-ties. Other bases and exponents are the caller's (libm). */
+REFCPU_ALWAYS_INLINE float refcpu_powf_positive(float x, float y) {
+  double xd = (double)x;
+  uint64_t bits;
+  memcpy(&bits, &xd, sizeof bits);
+  uint64_t mantissa_bits = (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull; /* m in [1, 2) */
+  uint64_t exponent_bits = (bits >> 52) | 0x4330000000000000ull; /* 2^52 + biased exponent */
+  double m, e;
+  memcpy(&m, &mantissa_bits, sizeof m);
+  memcpy(&e, &exponent_bits, sizeof e);
+  e = e - (4503599627370496.0 + 1023.0);
+  bool high = m > 1.41421356237309504880;
+  m = high ? 0.5 * m : m;
+  e = high ? e + 1.0 : e;
+  double s = (m - 1.0) / (m + 1.0);
+  double z = s * s;
+  double series = 1.0 / 17.0;
+  series = __builtin_fma(series, z, 1.0 / 15.0);
+  series = __builtin_fma(series, z, 1.0 / 13.0);
+  series = __builtin_fma(series, z, 1.0 / 11.0);
+  series = __builtin_fma(series, z, 1.0 / 9.0);
+  series = __builtin_fma(series, z, 1.0 / 7.0);
+  series = __builtin_fma(series, z, 1.0 / 5.0);
+  series = __builtin_fma(series, z, 1.0 / 3.0);
+  series = __builtin_fma(series, z, 1.0);
+  double log2x = __builtin_fma(s * 2.88539008177792681472, series, e);
+  double v = (double)y * log2x;
+  v = v < 200.0 ? v : 200.0; /* 2^200 rounds to Inf in float, 2^-200 to 0 */
+  v = v > -200.0 ? v : -200.0;
+  const double shifter = 6755399441055744.0; /* 1.5 * 2^52: rounds to an integer */
+  double t = v + shifter;
+  double n = t - shifter;
+  double f = v - n;
+  double p = 7.05491162080112332988e-9;
+  p = __builtin_fma(p, f, 1.01780860092396997275e-7);
+  p = __builtin_fma(p, f, 1.32154867901443094884e-6);
+  p = __builtin_fma(p, f, 1.525273380405984028e-5);
+  p = __builtin_fma(p, f, 1.54035303933816099544e-4);
+  p = __builtin_fma(p, f, 1.33335581464284434234e-3);
+  p = __builtin_fma(p, f, 9.61812910762847716198e-3);
+  p = __builtin_fma(p, f, 5.55041086648215799531e-2);
+  p = __builtin_fma(p, f, 2.40226506959100712334e-1);
+  p = __builtin_fma(p, f, 6.93147180559945309417e-1);
+  p = __builtin_fma(p, f, 1.0);
+  uint64_t t_bits;
+  memcpy(&t_bits, &t, sizeof t_bits);
+  uint64_t scale_bits = (t_bits + 1023u) << 52; /* t's low bits hold n, |n| <= 200 */
+  double scale;
+  memcpy(&scale, &scale_bits, sizeof scale);
+  return (float)(p * scale);
 }
 
 #endif /* OAR_REFCPU_VECTOR_MATH_H_ */
