@@ -6,7 +6,7 @@
 
 #include "kernels.h"
 
-/* ln x within 1 ulp (Cephes' logf): x = m 2^e with m in [sqrt(1/2), sqrt 2),
+/* ln x within 1 ulp (Cephes' logf, evaluated with fmaf): x = m 2^e with m in [sqrt(1/2), sqrt 2),
    ln m by a polynomial in m - 1; subnormals scaled by 2^23 first; 0 -> -Inf,
    x < 0 -> NaN, +Inf and NaN pass through. */
 REFCPU_ALWAYS_INLINE float refcpu_logf(float x) {
@@ -23,20 +23,20 @@ REFCPU_ALWAYS_INLINE float refcpu_logf(float x) {
   float f = low ? m + m - 1.0f : m - 1.0f;
   float z = f * f;
   float y = 7.0376836292e-2f;
-  y = y * f - 1.1514610310e-1f;
-  y = y * f + 1.1676998740e-1f;
-  y = y * f - 1.2420140846e-1f;
-  y = y * f + 1.4249322787e-1f;
-  y = y * f - 1.6668057665e-1f;
-  y = y * f + 2.0000714765e-1f;
-  y = y * f - 2.4999993993e-1f;
-  y = y * f + 3.3333331174e-1f;
+  y = __builtin_fmaf(y, f, -1.1514610310e-1f);
+  y = __builtin_fmaf(y, f, 1.1676998740e-1f);
+  y = __builtin_fmaf(y, f, -1.2420140846e-1f);
+  y = __builtin_fmaf(y, f, 1.4249322787e-1f);
+  y = __builtin_fmaf(y, f, -1.6668057665e-1f);
+  y = __builtin_fmaf(y, f, 2.0000714765e-1f);
+  y = __builtin_fmaf(y, f, -2.4999993993e-1f);
+  y = __builtin_fmaf(y, f, 3.3333331174e-1f);
   y = y * f * z;
   float fe = (float)e;
-  y = y - 2.12194440e-4f * fe;
-  y = y - 0.5f * z;
+  y = __builtin_fmaf(fe, -2.12194440e-4f, y);
+  y = __builtin_fmaf(-0.5f, z, y);
   float r = f + y;
-  r = r + 0.693359375f * fe;
+  r = __builtin_fmaf(fe, 0.693359375f, r);
   r = x == 0.0f ? -__builtin_inff() : r;
   r = x < 0.0f ? __builtin_nanf("") : r;
   r = x == __builtin_inff() ? x : r;
@@ -66,55 +66,41 @@ REFCPU_ALWAYS_INLINE float refcpu_expm1f(float x) {
 /* sin/cos reduce x by pi/2 in float64 (fdlibm's 33-bit pio2_1 + pio2_1t: exact
    products for |x| < REFCPU_TRIG_LIMIT) and evaluate FreeBSD's float kernels
    __kernel_sindf/__kernel_cosdf (float64, |r| <= pi/4) with fma: under 1 ulp.
+   Both kernels are y (1 + z P(z)), z = r^2, with y = r for sin and 1 for cos,
+   so each lane evaluates one polynomial whose coefficients its quadrant picks.
    Larger, Inf and NaN arguments are the caller's (libm). */
 #define REFCPU_TRIG_LIMIT 1048576.0f
 
-/* The reduced argument r and the quadrant q (x = q pi/2 + r). */
-REFCPU_ALWAYS_INLINE double refcpu_trig_reduce(float x, int32_t* quadrant) {
+/* sin(q pi/2 + r) where x = q' pi/2 + r and q = q' + shift (cos: shift 1). */
+REFCPU_ALWAYS_INLINE double refcpu_sin_quadrant(float x, int64_t shift) {
   const double shifter = 6755399441055744.0; /* 1.5 * 2^52: rounds to an integer */
   double xd = (double)x;
   double t = __builtin_fma(xd, 6.36619772367581382433e-01, shifter);
   double j = t - shifter;
-  int64_t bits;
-  memcpy(&bits, &t, sizeof bits);
-  *quadrant = (int32_t)(bits & 3);
+  int64_t q;
+  memcpy(&q, &t, sizeof q); /* j in the low bits */
+  q += shift;
   double r = __builtin_fma(-j, 1.57079632673412561417e+00, xd);
-  return __builtin_fma(-j, 6.07710050650619224932e-11, r);
-}
-
-REFCPU_ALWAYS_INLINE double refcpu_sin_kernel(double r) {
-  double z = r * r, w = z * z;
-  double poly = __builtin_fma(z, 0.0000027183114939898219064, -0.000198393348360966317347);
-  double s = z * r;
-  double head = __builtin_fma(s, __builtin_fma(z, 0.0083333293858894631756, -0.166666666416265235595), r);
-  return __builtin_fma(s * w, poly, head);
-}
-
-REFCPU_ALWAYS_INLINE double refcpu_cos_kernel(double r) {
-  double z = r * r, w = z * z;
-  double poly = __builtin_fma(z, 0.0000243904487962774090654, -0.00138867637746099294692);
-  double head = __builtin_fma(w, 0.0416666233237390631894, __builtin_fma(z, -0.499999997251031003120, 1.0));
-  return __builtin_fma(w * z, poly, head);
+  r = __builtin_fma(-j, 6.07710050650619224932e-11, r);
+  bool odd = (q & 1) != 0; /* cos kernel */
+  double z = r * r;
+  double y = odd ? 1.0 : r;
+  double p = odd ? 0.0000243904487962774090654 : 0.0000027183114939898219064;
+  p = __builtin_fma(p, z, odd ? -0.00138867637746099294692 : -0.000198393348360966317347);
+  p = __builtin_fma(p, z, odd ? 0.0416666233237390631894 : 0.0083333293858894631756);
+  p = __builtin_fma(p, z, odd ? -0.499999997251031003120 : -0.166666666416265235595);
+  double v = __builtin_fma(y * z, p, y);
+  return (q & 2) ? -v : v;
 }
 
 /* sin x for |x| <= REFCPU_TRIG_LIMIT; sin(+-0) = +-0. */
 REFCPU_ALWAYS_INLINE float refcpu_sinf_reduced(float x) {
-  int32_t q;
-  double r = refcpu_trig_reduce(x, &q);
-  double s = refcpu_sin_kernel(r), c = refcpu_cos_kernel(r);
-  double v = (q & 1) ? c : s;
-  v = (q & 2) ? -v : v;
-  return x == 0.0f ? x : (float)v;
+  float v = (float)refcpu_sin_quadrant(x, 0);
+  return x == 0.0f ? x : v;
 }
 
 /* cos x for |x| <= REFCPU_TRIG_LIMIT. */
-REFCPU_ALWAYS_INLINE float refcpu_cosf_reduced(float x) {
-  int32_t q;
-  double r = refcpu_trig_reduce(x, &q);
-  double s = refcpu_sin_kernel(r), c = refcpu_cos_kernel(r);
-  double v = (q & 1) ? s : c;
-  return (float)(((q + 1) & 2) ? -v : v);
-}
+REFCPU_ALWAYS_INLINE float refcpu_cosf_reduced(float x) { return (float)refcpu_sin_quadrant(x, 1); }
 
 /* x^y for 0 < x < Inf (subnormals included) and finite y, in float64 with
    one final rounding to float (which also gives Inf on overflow, subnormals
