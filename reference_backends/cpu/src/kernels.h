@@ -294,8 +294,32 @@ REFCPU_ALWAYS_INLINE float refcpu_expf(float x) {
   return x != x ? x : result;
 }
 
+/* e^x for 0 <= x <= 88 (x not NaN): refcpu_expf without the clamps, NaN
+   select and two-step scaling that results past the normal range need. */
+REFCPU_ALWAYS_INLINE float refcpu_expf_nonnegative(float x) {
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
+  float t = __builtin_fmaf(x, 1.44269504088896341f, shifter);
+  float n = t - shifter;
+  float r = __builtin_fmaf(-n, 0.693359375f, x);
+  r = __builtin_fmaf(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
+  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
+  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
+  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
+  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
+  p = __builtin_fmaf(p, r * r, r) + 1.0f;
+  int32_t bits;
+  memcpy(&bits, &t, sizeof bits);
+  uint32_t scale_bits = (uint32_t)(bits - 0x4B400000 + 127) << 23; /* 2^n, 0 <= n <= 127 */
+  float scale;
+  memcpy(&scale, &scale_bits, sizeof scale);
+  return p * scale;
+}
+
 /* tanh within a few ulp (Cephes' tanhf): an odd polynomial below 0.625,
-   1 - 2 / (e^2|x| + 1) above; both computed, one selected (vectorizable). */
+   1 - 2 / (e^2|x| + 1) above (2|x| capped at 40, where that is 1 in float);
+   both computed, one selected (vectorizable). */
 REFCPU_ALWAYS_INLINE float refcpu_tanhf(float x) {
   float a = x < 0 ? -x : x;
   float z = x * x;
@@ -304,7 +328,9 @@ REFCPU_ALWAYS_INLINE float refcpu_tanhf(float x) {
   poly = __builtin_fmaf(poly, z, 1.33314422036e-1f);
   poly = __builtin_fmaf(poly, z, -3.33332819422e-1f);
   float small = __builtin_fmaf(poly * z, x, x);
-  float large = 1.0f - 2.0f / (refcpu_expf(a + a) + 1.0f);
+  float twice = a + a;
+  twice = twice < 40.0f ? twice : 40.0f; /* NaN too: its lane takes small (NaN) below */
+  float large = 1.0f - 2.0f / (refcpu_expf_nonnegative(twice) + 1.0f);
   large = x < 0 ? -large : large;
   return a > 0.625f ? large : (x == 0.0f ? x : small); /* keeps tanh(-0) = -0 */
 }
