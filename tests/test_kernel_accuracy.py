@@ -1,9 +1,9 @@
 """Accuracy sweeps of the CPU plugin's vectorized float32 math (vector_math.h, kernels.h).
 
 Each op runs on ~0.5M float32 arguments (uniform and log-spaced sweeps, both signs,
-subnormals, huge arguments for sin/cos) and is compared with float64 numpy (the
-reference rounded error in float32 ulps) or, for the activations, float64 torch
-(a relative error with a tiny absolute floor). Edge values (+-0, +-Inf, NaN,
+subnormals, huge arguments and floats nearest k pi/2 for sin/cos) and is compared with
+float64 numpy (the reference rounded error in float32 ulps) or, for the activations,
+float64 torch (a relative error with a tiny absolute floor). Edge values (+-0, +-Inf, NaN,
 subnormals, domain limits) must match torch's float32 result exactly, sign of zero
 included. Measured maxima on an AVX-512 Xeon, the bound each test allows after them:
 log 0.80 ulp (1), log1p 2.18 (3), expm1 2.37 (3), exp 0.96 (2), sin/cos 0.56 (1),
@@ -53,8 +53,12 @@ def _sweeps(op: str) -> np.ndarray:
                  -_log_spaced(rng, 1e-30, 1.0, n)]
     elif op in ("sin", "cos"):
         # Below 2^20 the vectorized reduction; above it libm; both tested.
+        # Floats nearest to k pi/2 (and their neighbours) are where the reduction cancels most.
+        centers = (rng.integers(1, 667_000, n // 4) * (np.pi / 2)).astype(np.float32)
+        near = np.concatenate([centers, np.nextafter(centers, np.float32(np.inf)),
+                               np.nextafter(centers, np.float32(0))])
         parts = [rng.uniform(-10.0, 10.0, n), _log_spaced(rng, 1e-30, 1048576.0, n),
-                 -_log_spaced(rng, 1e-30, 1048576.0, n), _log_spaced(rng, 1048576.0, 3e38, n // 10)]
+                 -_log_spaced(rng, 1e-30, 1048576.0, n), _log_spaced(rng, 1048576.0, 3e38, n // 10), near, -near]
     else:  # tanh, erf and the activations
         parts = [rng.uniform(-12.0, 12.0, n), _log_spaced(rng, 1e-30, 100.0, n), -_log_spaced(rng, 1e-30, 100.0, n)]
     return np.concatenate([np.asarray(p, dtype=np.float32) for p in parts])
