@@ -335,15 +335,43 @@ REFCPU_ALWAYS_INLINE float refcpu_tanhf(float x) {
   return a > 0.625f ? large : (x == 0.0f ? x : small); /* keeps tanh(-0) = -0 */
 }
 
+/* e^x for -104 <= x <= 0: refcpu_expf without its clamps and NaN select
+   (same bits), keeping the two-step scaling that subnormal results need. */
+REFCPU_ALWAYS_INLINE float refcpu_expf_nonpositive(float x) {
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
+  float t = __builtin_fmaf(x, 1.44269504088896341f, shifter);
+  float n = t - shifter;
+  float r = __builtin_fmaf(-n, 0.693359375f, x);
+  r = __builtin_fmaf(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
+  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
+  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
+  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
+  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
+  p = __builtin_fmaf(p, r * r, r) + 1.0f;
+  int32_t bits;
+  memcpy(&bits, &t, sizeof bits);
+  int32_t k = bits - 0x4B400000; /* n as an integer, -150 <= n <= 0 */
+  int32_t k1 = k >> 1, k2 = k - k1;
+  uint32_t s1 = (uint32_t)(k1 + 127) << 23, s2 = (uint32_t)(k2 + 127) << 23;
+  float f1, f2;
+  memcpy(&f1, &s1, sizeof f1);
+  memcpy(&f2, &s2, sizeof f2);
+  return p * f1 * f2;
+}
+
 /* e^(-s x^2) for s = 1 or 1/2 (exact scalings): s x^2 = hi + lo exactly (fmaf),
    e^-hi (1 - lo), so the rounding of x^2 (up to ~1e-5 relative in e^-x^2 near
-   x = 9) does not reach the result. */
+   x = 9) does not reach the result. hi past 104 (Inf, NaN too) gives 0; callers
+   handle NaN x themselves. */
 REFCPU_ALWAYS_INLINE float refcpu_exp_neg_square(float x, float s) {
   float sx = s * x;
   float hi = sx * x;
   float lo = __builtin_fmaf(sx, x, -hi);
-  lo = hi < 256.0f ? lo : 0.0f; /* e^-hi is 0 there; Inf - Inf would be NaN */
-  float e = refcpu_expf(-hi);
+  bool in_range = hi < 104.0f;
+  lo = in_range ? lo : 0.0f; /* e^-hi is 0 there; Inf - Inf would be NaN */
+  float e = refcpu_expf_nonpositive(in_range ? -hi : -104.0f);
   return __builtin_fmaf(-e, lo, e);
 }
 
