@@ -246,11 +246,14 @@ double philox_uniform_f64(uint64_t seed, uint64_t counter);
 
 /* ---- vector code ------------------------------------------------------------ */
 
-/* Hot row functions are compiled for AVX-512, AVX2 and the baseline, and the
-   loader picks one per machine from cpuid (ifunc). FP contraction stays off
-   (ISO C), so all three give the same bits. */
+/* Hot row functions are compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 +
+   FMA) and the baseline, and the loader picks one per machine from cpuid
+   (ifunc). FP contraction stays off (ISO C); the float32 math below calls
+   fmaf explicitly, one rounding whether a clone has FMA instructions (v3, v4)
+   or calls libm's fmaf (baseline: CPUs from before 2013, slow), so all three
+   give the same bits. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define REFCPU_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define REFCPU_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define REFCPU_VECTOR_CLONES
 #endif
@@ -260,25 +263,25 @@ double philox_uniform_f64(uint64_t seed, uint64_t counter);
 
 /* ---- fast float32 math that gcc vectorizes (no fast-math) -------------------- */
 
-/* e^x within 2 ulp over the whole range; NaN, +-Inf, overflow and subnormal
-   results as expf. */
+/* e^x within 1 ulp over the whole range (0.95 measured); NaN, +-Inf, overflow
+   and subnormal results as expf. Cephes' expf polynomial, evaluated with fmaf. */
 REFCPU_ALWAYS_INLINE float refcpu_expf(float x) {
   const float log2e = 1.44269504088896341f;
   const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
-  float clamped = x > 88.8f ? 88.8f : (x < -104.0f ? -104.0f : x);
-  clamped = clamped == clamped ? clamped : 0.0f; /* NaN: computed on 0, returned as x below */
+  float clamped = x < 88.8f ? x : 88.8f; /* NaN: computed on 88.8 (minps), returned as x below */
+  clamped = clamped > -104.0f ? clamped : -104.0f;
   const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
-  float t = clamped * log2e + shifter;
+  float t = __builtin_fmaf(clamped, log2e, shifter);
   float n = t - shifter;
-  float r = clamped - n * ln2_hi;
-  r = r - n * ln2_lo;
+  float r = __builtin_fmaf(-n, ln2_hi, clamped);
+  r = __builtin_fmaf(-n, ln2_lo, r);
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
+  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
+  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
+  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
+  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
+  p = __builtin_fmaf(p, r * r, r) + 1.0f;
   int32_t bits;
   memcpy(&bits, &t, sizeof bits);
   int32_t k = bits - 0x4B400000; /* n as an integer, |n| <= 151 */
@@ -291,66 +294,147 @@ REFCPU_ALWAYS_INLINE float refcpu_expf(float x) {
   return x != x ? x : result;
 }
 
+/* e^x for 0 <= x <= 88 (x not NaN): refcpu_expf without the clamps, NaN
+   select and two-step scaling that results past the normal range need. */
+REFCPU_ALWAYS_INLINE float refcpu_expf_nonnegative(float x) {
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
+  float t = __builtin_fmaf(x, 1.44269504088896341f, shifter);
+  float n = t - shifter;
+  float r = __builtin_fmaf(-n, 0.693359375f, x);
+  r = __builtin_fmaf(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
+  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
+  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
+  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
+  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
+  p = __builtin_fmaf(p, r * r, r) + 1.0f;
+  int32_t bits;
+  memcpy(&bits, &t, sizeof bits);
+  uint32_t scale_bits = (uint32_t)(bits - 0x4B400000 + 127) << 23; /* 2^n, 0 <= n <= 127 */
+  float scale;
+  memcpy(&scale, &scale_bits, sizeof scale);
+  return p * scale;
+}
+
 /* tanh within a few ulp (Cephes' tanhf): an odd polynomial below 0.625,
-   1 - 2 / (e^2|x| + 1) above; both computed, one selected (vectorizable). */
+   1 - 2 / (e^2|x| + 1) above (2|x| capped at 40, where that is 1 in float);
+   both computed, one selected (vectorizable). */
 REFCPU_ALWAYS_INLINE float refcpu_tanhf(float x) {
   float a = x < 0 ? -x : x;
   float z = x * x;
-  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
-                  1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
-  float large = 1.0f - 2.0f / (refcpu_expf(a + a) + 1.0f);
+  float poly = __builtin_fmaf(-5.70498872745e-3f, z, 2.06390887954e-2f);
+  poly = __builtin_fmaf(poly, z, -5.37397155531e-2f);
+  poly = __builtin_fmaf(poly, z, 1.33314422036e-1f);
+  poly = __builtin_fmaf(poly, z, -3.33332819422e-1f);
+  float small = __builtin_fmaf(poly * z, x, x);
+  float twice = a + a;
+  twice = twice < 40.0f ? twice : 40.0f; /* NaN too: its lane takes small (NaN) below */
+  float large = 1.0f - 2.0f / (refcpu_expf_nonnegative(twice) + 1.0f);
   large = x < 0 ? -large : large;
   return a > 0.625f ? large : (x == 0.0f ? x : small); /* keeps tanh(-0) = -0 */
 }
 
-/* Numerical Recipes' erfcc Chebyshev fit: erfc(z) = t exp(poly(t) - z^2), t = 1 / (1 + z / 2). */
-REFCPU_ALWAYS_INLINE float refcpu_erfcc_poly(float t) {
-  return -1.26551223f +
-         t * (1.00002368f +
-              t * (0.37409196f +
-                   t * (0.09678418f +
-                        t * (-0.18628806f +
-                             t * (0.27886807f +
-                                  t * (-1.13520398f + t * (1.48851587f + t * (-0.82215223f + t * 0.17087277f))))))));
+/* e^x for -104 <= x <= 0: refcpu_expf without its clamps and NaN select
+   (same bits), keeping the two-step scaling that subnormal results need. */
+REFCPU_ALWAYS_INLINE float refcpu_expf_nonpositive(float x) {
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
+  float t = __builtin_fmaf(x, 1.44269504088896341f, shifter);
+  float n = t - shifter;
+  float r = __builtin_fmaf(-n, 0.693359375f, x);
+  r = __builtin_fmaf(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
+  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
+  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
+  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
+  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
+  p = __builtin_fmaf(p, r * r, r) + 1.0f;
+  int32_t bits;
+  memcpy(&bits, &t, sizeof bits);
+  int32_t k = bits - 0x4B400000; /* n as an integer, -150 <= n <= 0 */
+  int32_t k1 = k >> 1, k2 = k - k1;
+  uint32_t s1 = (uint32_t)(k1 + 127) << 23, s2 = (uint32_t)(k2 + 127) << 23;
+  float f1, f2;
+  memcpy(&f1, &s1, sizeof f1);
+  memcpy(&f2, &s2, sizeof f2);
+  return p * f1 * f2;
 }
 
-/* erfc within 4e-7 relative: Numerical Recipes' erfcc (Chebyshev fit, error
-   < 1.2e-7) in float, with -x^2 carried in double so exp's argument keeps its
-   low bits (exp(a + d) = exp(a) (1 + d)). Vectorizable. */
-REFCPU_ALWAYS_INLINE float refcpu_erfcf(float x) {
-  float z = x < 0 ? -x : x;
-  float t = 1.0f / (1.0f + 0.5f * z);
-  float poly = refcpu_erfcc_poly(t);
-  double exact = (double)poly - (double)z * (double)z;
-  float argument = (float)exact;
-  float residual = (float)(exact - (double)argument);
-  residual = argument > -200.0f ? residual : 0.0f; /* e^argument is 0 there; x^2 may round to Inf */
-  float r = t * (refcpu_expf(argument) * (1.0f + residual));
-  r = x != x ? x : r;
-  return x < 0 ? 2.0f - r : r;
+/* e^(-s x^2) for s = 1 or 1/2 (exact scalings): s x^2 = hi + lo exactly (fmaf),
+   e^-hi (1 - lo), so the rounding of x^2 (up to ~1e-5 relative in e^-x^2 near
+   x = 9) does not reach the result. hi past 104 (Inf, NaN too) gives 0; callers
+   handle NaN x themselves. */
+REFCPU_ALWAYS_INLINE float refcpu_exp_neg_square(float x, float s) {
+  float sx = s * x;
+  float hi = sx * x;
+  float lo = __builtin_fmaf(sx, x, -hi);
+  bool in_range = hi < 104.0f;
+  lo = in_range ? lo : 0.0f; /* e^-hi is 0 there; Inf - Inf would be NaN */
+  float e = refcpu_expf_nonpositive(in_range ? -hi : -104.0f);
+  return __builtin_fmaf(-e, lo, e);
 }
 
-/* erfc for 1 <= x <= 4 in float alone (no float64 residual): its relative
-   error grows to ~1e-6 but erfc < 0.16 there, so 1 - erfc is still within an
-   ulp of erf. Vectorizes at full float width. */
-REFCPU_ALWAYS_INLINE float refcpu_erfcf_tail(float z) {
-  float t = 1.0f / (1.0f + 0.5f * z);
-  float poly = refcpu_erfcc_poly(t);
-  return t * refcpu_expf(poly - z * z);
+/* erfc(a) e^(a^2) for a >= 0 (NaN passes): t G(t) with t = 1 / (1 + a/2)
+   (Numerical Recipes' variable) and G a degree-9 least-squares fit of
+   erfc(a) e^(a^2) / t for a in [0, 10.5] (relative error 2.2e-8 in float64,
+   1.7e-7 with float32 Horner). a above 10.5 is clamped: erfc(a) < 1e-49 there,
+   0 after the factor e^(-a^2). */
+REFCPU_ALWAYS_INLINE float refcpu_erfcx_clamped(float a) {
+  a = a > 10.5f ? 10.5f : a;
+  float t = 1.0f / __builtin_fmaf(0.5f, a, 1.0f);
+  float g = 0.010894959792494774f;
+  g = __builtin_fmaf(g, t, -0.11586746573448181f);
+  g = __builtin_fmaf(g, t, 0.4119813144207001f);
+  g = __builtin_fmaf(g, t, -0.6480749845504761f);
+  g = __builtin_fmaf(g, t, 0.4036456346511841f);
+  g = __builtin_fmaf(g, t, -0.08923955261707306f);
+  g = __builtin_fmaf(g, t, 0.22255447506904602f);
+  g = __builtin_fmaf(g, t, 0.23924870789051056f);
+  g = __builtin_fmaf(g, t, 0.2827891707420349f);
+  g = __builtin_fmaf(g, t, 0.2820677161216736f);
+  return t * g;
 }
 
-/* erf within 2.5 ulp (2.4 measured on 2M points of [-6, 6]): Cephes' odd polynomial x P(x^2) below |x| = 1, 1 - erfc
-   above (erfc < 0.16 there, so its 4e-7 relative error is under an ulp of
-   erf), exactly +-1 past |x| = 4 (erfc < 2^-26). Vectorizable. */
+/* erfc(|x| / sqrt 2) = 2 Phi(-|x|), the normal tail, within 4e-7 relative
+   (t, G and e^-a^2 each within 1-2 ulp); *density gets e^(-x^2/2), phi(x)
+   without its 1/sqrt(2 pi), from the same exponential. */
+REFCPU_ALWAYS_INLINE float refcpu_normal_tail2(float x, float* density) {
+  float a = (x < 0 ? -x : x) * 0.70710678118654752440f;
+  float e = refcpu_exp_neg_square(x, 0.5f);
+  *density = e;
+  return refcpu_erfcx_clamped(a) * e;
+}
+
+/* Phi(x), the standard normal CDF: the tail halved for x < 0, 1 - tail/2 for
+   x >= 0 (no cancellation either way); within ~4e-7 relative. */
+REFCPU_ALWAYS_INLINE float refcpu_normal_cdf(float x, float* density) {
+  float half_tail = 0.5f * refcpu_normal_tail2(x, density);
+  float r = x < 0 ? half_tail : 1.0f - half_tail;
+  return x != x ? x : r;
+}
+
+/* Cephes' odd polynomial x P(x^2) for erf, |x| < 1. */
+REFCPU_ALWAYS_INLINE float refcpu_erf_small(float x) {
+  float z = x * x;
+  float p = __builtin_fmaf(7.853861353153693e-5f, z, -8.010193625184903e-4f);
+  p = __builtin_fmaf(p, z, 5.188327685732524e-3f);
+  p = __builtin_fmaf(p, z, -2.685381193529856e-2f);
+  p = __builtin_fmaf(p, z, 1.128358514861418e-1f);
+  p = __builtin_fmaf(p, z, -3.761262582423300e-1f);
+  p = __builtin_fmaf(p, z, 1.128379165726710f);
+  return x * p;
+}
+
+/* erf within 2.5 ulp (2.36 measured, in the polynomial's range): the odd
+   polynomial below |x| = 1, 1 - erfc above
+   (erfc < 0.16 there, so its 4e-7 relative error is under an ulp of erf); +-1
+   past |x| = 4 as 1 - erfc rounds there. Vectorizable: no divide but erfc's t. */
 REFCPU_ALWAYS_INLINE float refcpu_erff(float x) {
   float a = x < 0 ? -x : x;
-  float z = x * x;
-  float small = x * ((((((7.853861353153693e-5f * z - 8.010193625184903e-4f) * z + 5.188327685732524e-3f) * z -
-                        2.685381193529856e-2f) * z + 1.128358514861418e-1f) * z - 3.761262582423300e-1f) * z +
-                     1.128379165726710f);
-  float clamped = a > 4.0f ? 4.0f : (a < 1.0f ? 1.0f : a); /* erfc computed for every lane, then selected */
-  float tail = 1.0f - refcpu_erfcf_tail(clamped);
-  tail = a > 4.0f ? 1.0f : tail;
+  float small = refcpu_erf_small(x);
+  float clamped = a < 1.0f ? 1.0f : a; /* the tail computed for every lane, then selected */
+  float tail = 1.0f - refcpu_erfcx_clamped(clamped) * refcpu_exp_neg_square(clamped, 1.0f);
   tail = x < 0 ? -tail : tail;
   return a < 1.0f || x != x ? small : tail;
 }

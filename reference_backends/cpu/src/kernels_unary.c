@@ -161,10 +161,16 @@ RUN_COSTLY(silu)
 RUN_COSTLY(erf)
 
 /* gelu: x * Phi(x) with erf, or the tanh form 0.5 x (1 + tanh(u)) written as
-   x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), which has no cancellation. */
-/* x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation for negative x. */
-#define ERFC_T(x) _Generic((x), float: refcpu_erfcf, default: erfc)(x)
-FLOAT_UNARY(gelu_erf, NOTHING, (T)0.5 * x * ERFC_T(x * (T)-0.70710678118654752440))
+   x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), which has no cancellation.
+   float32 Phi from refcpu_normal_cdf (one exponential, no cancellation for
+   negative x); float64 as erfc(-x / sqrt 2) / 2. */
+REFCPU_ALWAYS_INLINE float gelu_value_f32(float x) {
+  float density_unused;
+  return x * refcpu_normal_cdf(x, &density_unused);
+}
+REFCPU_ALWAYS_INLINE double gelu_value_f64(double x) { return 0.5 * x * erfc(x * -0.70710678118654752440); }
+#define GELU_ERF_T(x) _Generic((x), float: gelu_value_f32, default: gelu_value_f64)(x)
+FLOAT_UNARY(gelu_erf, NOTHING, GELU_ERF_T(x))
 FLOAT_UNARY(gelu_tanh, NOTHING,
             x / ((T)1 + EXP_T((T)-1.5957691216057307 * (x + (T)0.044715 * x * x * x))))
 
