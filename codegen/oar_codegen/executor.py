@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import oar
 from oar import capture
 from oar.devices import resolve
+from oar.streams import current_stream
 
 from oar_codegen import kernel_cache
 from oar_codegen.fusion import EagerUnit, FusedUnit, Plan
@@ -54,9 +55,11 @@ class Executable:
                 written.update(ref.slot for ref in self.trace.launches[unit.launch].outputs)
         return written
 
-    def run_units(self, begin: int, end: int, binding: dict[int, int], seen: list) -> None:
-        """Run units [begin, end) of the plan: fused kernels on the bound storages, the rest as the
-        launches the replay took."""
+    def run_units(self, begin: int, end: int, binding, seen: list, stream=None) -> None:
+        """Run units [begin, end) of the plan: fused kernels on the bound storages (binding: slot ->
+        storage address), the rest as the launches the replay took; on ``stream`` (default: the
+        current stream of the plan's device)."""
+        stream = stream or launch_stream(self)
         for i in range(begin, end):
             unit = self.plan.units[i]
             if isinstance(unit, EagerUnit):
@@ -67,8 +70,13 @@ class Executable:
             args = [("device_ptr", binding[slot]) for slot in kernel.buffer_slots]
             if kernel.scratch is not None:
                 args.append(("device_ptr", capture.storage_address(kernel.scratch)))
-            for function, grid, block in kernel.launches:  # on the current stream of the module's device
-                oar.raw.launch(function, grid, block, args)
+            for function, grid, block in kernel.launches:
+                function.module.plugin.launch(stream, function, grid, block, args, 0)
+
+
+def launch_stream(executable: Executable):
+    """The plugin stream handle a plan's kernels go to: the current stream of its device."""
+    return current_stream(executable.device)._c
 
 
 def run_eagerly(seen: list) -> None:
