@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 import oar
-from oar import capture
+from oar import capture, profiler
 from oar.devices import resolve
 from oar.streams import current_stream
 
@@ -60,6 +60,9 @@ class Executable:
         storage address), the rest as the launches the replay took; on ``stream`` (default: the
         current stream of the plan's device)."""
         stream = stream or launch_stream(self)
+        if profiler.records_this_thread():
+            self._run_units_profiled(begin, end, binding, seen, stream)
+            return
         for i in range(begin, end):
             unit = self.plan.units[i]
             if isinstance(unit, EagerUnit):
@@ -72,6 +75,25 @@ class Executable:
                 args.append(("device_ptr", capture.storage_address(kernel.scratch)))
             for function, grid, block in kernel.launches:
                 function.module.plugin.launch(stream, function, grid, block, args, 0)
+
+    def _run_units_profiled(self, begin: int, end: int, binding, seen: list, stream) -> None:
+        """run_units, each launch recorded by the profiler of this thread (the fused kernels by
+        their function names, with the operands of the launches they fuse)."""
+        for i in range(begin, end):
+            unit = self.plan.units[i]
+            if isinstance(unit, EagerUnit):
+                op, ins, outs, attrs = seen[unit.launch][:4]
+                profiler.record_launch(op, self.device, lambda: capture.launch_now(op, ins, outs, attrs), ins, outs)
+                continue
+            kernel = self.kernels[i]
+            args = [("device_ptr", binding[slot]) for slot in kernel.buffer_slots]
+            if kernel.scratch is not None:
+                args.append(("device_ptr", capture.storage_address(kernel.scratch)))
+            first, last = seen[min(self.unit_launches[i])], seen[self.unit_last[i]]
+            for function, grid, block in kernel.launches:
+                profiler.record_launch(function.name, self.device,
+                                       lambda: function.module.plugin.launch(stream, function, grid, block, args, 0),
+                                       first[1], last[2])
 
 
 def launch_stream(executable: Executable):

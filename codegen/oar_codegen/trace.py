@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from oar import capture
+from oar import capture, profiler
 
 __all__ = ["Ref", "Launch", "Trace", "Recorder", "HOST_READ", "host_read_signature", "operand_key", "signature_of",
            "observing", "referenced_elsewhere"]
@@ -129,6 +129,10 @@ class Recorder(capture.Observer):
 
     def launch(self, op: str, inputs, outputs, attrs: dict, fresh: bool) -> bool:
         self.add(op, inputs, outputs, attrs, fresh)
+        if outputs and profiler.records_this_thread():  # the launch runs eagerly: a profiler outside sees it
+            profiler.record_launch(op, outputs[0].device, lambda: capture.launch_now(op, inputs, outputs, attrs),
+                                   inputs, outputs)
+            return True
         return False
 
     def before_host_read(self, tensor) -> None:
