@@ -85,6 +85,15 @@ def test_guard_miss_a_parameter_of_new_strides():
     assert "strides" in why, why
 
 
+def test_guard_miss_after_a_launch_left_to_the_plugin_changed_shape():
+    """matmul is let through unchecked (it runs as made); the fused launch reading its new shape misses."""
+    params = {"w": _rand(20, 8, seed=1)}
+    compiled = _guard_miss_case(lambda x: (oar.tanh(oar.matmul(x, params["w"]) * 2.0) + 1.0).sum(dim=-1),
+                                lambda: params.update(w=_rand(20, 6, seed=2)))
+    (why, _), = compiled.stats.miss_reasons.items()
+    assert "(mul) operand 0" in why and "(12, 6)" in why, why
+
+
 def test_guard_miss_a_view_chosen_by_python_state():
     """x[row:row+4] with row a Python attribute: same shapes, another offset, so another launch."""
     state = {"row": 0}

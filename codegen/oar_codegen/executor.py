@@ -55,17 +55,19 @@ class Executable:
                 written.update(ref.slot for ref in self.trace.launches[unit.launch].outputs)
         return written
 
-    def run_units(self, begin: int, end: int, binding, seen: list, stream=None) -> None:
+    def run_units(self, begin: int, end: int, binding, seen: list, stream=None, eager_ran: bool = False) -> None:
         """Run units [begin, end) of the plan: fused kernels on the bound storages (binding: slot ->
-        storage address), the rest as the launches the replay took; on ``stream`` (default: the
-        current stream of the plan's device)."""
+        storage address), the rest as the launches the replay took (eager_ran: those already ran,
+        let through); on ``stream`` (default: the current stream of the plan's device)."""
         stream = stream or launch_stream(self)
         if profiler.records_this_thread():
-            self._run_units_profiled(begin, end, binding, seen, stream)
+            self._run_units_profiled(begin, end, binding, seen, stream, eager_ran)
             return
         for i in range(begin, end):
             unit = self.plan.units[i]
             if isinstance(unit, EagerUnit):
+                if eager_ran:
+                    continue
                 op, ins, outs, attrs = seen[unit.launch][:4]
                 capture.launch_now(op, ins, outs, attrs)
                 continue
@@ -76,12 +78,14 @@ class Executable:
             for function, grid, block in kernel.launches:
                 function.module.plugin.launch(stream, function, grid, block, args, 0)
 
-    def _run_units_profiled(self, begin: int, end: int, binding, seen: list, stream) -> None:
+    def _run_units_profiled(self, begin: int, end: int, binding, seen: list, stream, eager_ran: bool) -> None:
         """run_units, each launch recorded by the profiler of this thread (the fused kernels by
         their function names, with the operands of the launches they fuse)."""
         for i in range(begin, end):
             unit = self.plan.units[i]
             if isinstance(unit, EagerUnit):
+                if eager_ran:
+                    continue
                 op, ins, outs, attrs = seen[unit.launch][:4]
                 profiler.record_launch(op, self.device, lambda: capture.launch_now(op, ins, outs, attrs), ins, outs)
                 continue

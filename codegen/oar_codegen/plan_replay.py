@@ -7,7 +7,8 @@ bake in stale values), but each launch it makes is only compared with what the p
 that position: op, attrs, each operand's shape/strides/offset/dtype and its storage, against
 values computed once from the trace (no signature is built, no candidates are matched). The
 units of the plan run at positions known in advance, the fused kernels through the plugin's
-launch directly. A launch that differs is a guard miss: the call falls back to the matching
+launch directly; a launch the plan leaves to the plugin is let through (it runs as made, at its
+place in the plan's order), only its storages checked. A launch that differs is a guard miss: the call falls back to the matching
 observer's path (the taken launches run as they were made, the rest of the call is traced and
 planned again) and the miss is counted with its reason.
 """
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import warnings
 
-from oar import capture
+from oar import capture, profiler
 
 from oar_codegen import executor
+from oar_codegen.fusion import EagerUnit
 from oar_codegen.replay import Entry
 from oar_codegen.trace import HOST_READ, Recorder, operand_key
 
@@ -35,7 +37,18 @@ class LaunchPlan:
         self.ops = [launch.op for launch in trace.launches]
         self.attrs = [launch.attrs for launch in trace.launches]
         self.fresh = [launch.fresh for launch in trace.launches]
-        self.keys = [tuple(_ref_key(ref) for ref in launch.inputs + launch.outputs) for launch in trace.launches]
+        # Positions the plan leaves to the plugin's kernel: let through (the runtime runs them as
+        # made, so their shapes need no check); their storages are still bound, which catches a
+        # call whose data flow between units differs from the trace's.
+        self.let_through = [False] * len(trace.launches)
+        for unit in executable.plan.units:
+            if isinstance(unit, EagerUnit):
+                self.let_through[unit.launch] = True
+        # The operand keys checked: a fused launch's inputs, and outputs it writes into an existing
+        # tensor (fresh outputs follow from the inputs and attrs); None: not checked.
+        self.keys = [tuple(None if through or (k >= len(launch.inputs) and launch.fresh) else _ref_key(ref)
+                           for k, ref in enumerate(launch.inputs + launch.outputs))
+                     for launch, through in zip(trace.launches, self.let_through)]
         self.slots = [tuple(ref.slot for ref in launch.inputs + launch.outputs) for launch in trace.launches]
         self.wrapped = [tuple(ref.wrapped for ref in launch.inputs + launch.outputs) for launch in trace.launches]
         self.slot_count = len(trace.slot_kinds)
@@ -87,14 +100,14 @@ class PlanReplay(capture.Observer):
             return f"the call made more launches than the {len(plan.ops)} recorded"
         if op != plan.ops[p]:
             return f"launch {p} is {op}, the plan recorded {plan.ops[p]}"
-        if fresh != plan.fresh[p] or (op != HOST_READ and attrs != plan.attrs[p]):
+        if fresh != plan.fresh[p] or (op != HOST_READ and not plan.let_through[p] and attrs != plan.attrs[p]):
             return f"launch {p} ({op}) has other attributes than recorded"
         keys = plan.keys[p]
         if len(tensors) != len(keys):
             return f"launch {p} ({op}) has {len(tensors)} operands, the plan recorded {len(keys)}"
         binding, reverse = self.binding, self.reverse
         for index, (tensor, key, slot, wrapped) in enumerate(zip(tensors, keys, plan.slots[p], plan.wrapped[p])):
-            if operand_key(tensor) != key:
+            if key is not None and operand_key(tensor) != key:
                 return (f"launch {p} ({op}) operand {index}: {operand_key(tensor)} (shape, strides, offset, dtype, "
                         f"number) where the plan recorded {key}")
             address = tensor._storage_ptr()
@@ -115,7 +128,8 @@ class PlanReplay(capture.Observer):
         if ready > self.units_run:
             if self.stream is None:
                 self.stream = executor.launch_stream(self.plan.executable)
-            self.plan.executable.run_units(self.units_run, ready, self.binding, self.seen, self.stream)
+            self.plan.executable.run_units(self.units_run, ready, self.binding, self.seen, self.stream,
+                                           eager_ran=True)
             self.units_run = ready
 
     def launch(self, op: str, inputs, outputs, attrs: dict, fresh: bool) -> bool:
@@ -126,8 +140,13 @@ class PlanReplay(capture.Observer):
         if self.miss:
             self._diverge(current_runs_itself=True)
             return False
+        through = self.plan.let_through[self.position]
         self._taken()
-        return True
+        if through and outputs and profiler.records_this_thread():  # a profiler outside sees it as eager
+            profiler.record_launch(op, outputs[0].device, lambda: capture.launch_now(op, inputs, outputs, attrs),
+                                   inputs, outputs)
+            return True
+        return not through   # a launch left to the plugin runs now, as made (its unit is this launch)
 
     def before_host_read(self, tensor) -> None:
         if self.recorder is not None:
