@@ -8,9 +8,9 @@ that position: op, attrs, each operand's shape/strides/offset/dtype and its stor
 values computed once from the trace (no signature is built, no candidates are matched). The
 units of the plan run at positions known in advance, the fused kernels through the plugin's
 launch directly; a launch the plan leaves to the plugin is let through (it runs as made, at its
-place in the plan's order), only its storages checked. A launch that differs is a guard miss: the call falls back to the matching
-observer's path (the taken launches run as they were made, the rest of the call is traced and
-planned again) and the miss is counted with its reason.
+place in the plan's order), only its storages checked. A launch that differs is a guard miss:
+the call falls back to the matching observer's path (the taken launches run as they were made,
+the rest of the call is traced and planned again) and the miss is counted with its reason.
 """
 
 from __future__ import annotations
