@@ -4,8 +4,9 @@ Llama-style train step compiled vs eager vs PyTorch eager.
 
     python bench/compiled.py [--device npu] [--repeats 7]
 
-OAR_BENCH_PROFILE=1 also prints where a train step's time goes: the eager step's device time per
-op (oar.profiler) and the compiled step's host Python (cProfile, by own time).
+OAR_BENCH_PROFILE=1 also prints where a train step's time goes: an eager and a compiled step's
+device time per kernel (oar.profiler; fused kernels by name) and the compiled step's host Python
+(cProfile, by own time).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def train_step_figures(oar, dev, repeats: int, report) -> None:
         samples["torch"].append(_timed_torch(torch_step))
     t = {k: statistics.median(v) for k, v in samples.items()}
     print(f"train step: Llama-style d_model {cfg.d_model}, {cfg.n_layers} layers, batch {batch} x seq {seq}, "
-          f"AdamW; {compiled.stats}")
+          f"AdamW; {compiled.stats}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     # issue 13's targets: fusion pays on the CPU plugin (<= 0.8x eager), on OpenCL devices <= 0.9x
     eager_target = 0.9 if dev.type == "opencl" else 0.8
     report("train step: compiled time", t["compiled"] * 1e3, "oar eager", t["eager"] * 1e3, "ms", False, eager_target)
@@ -139,15 +140,24 @@ def train_step_figures(oar, dev, repeats: int, report) -> None:
 
 
 def profile_train_step(oar, dev, eager, compiled, x, y, steps: int = 3) -> None:
-    """The breakdown behind the train-step ratios: device time per op of one eager step, and the
-    host Python of compiled steps (the compiled call still runs the model's Python to see launches)."""
+    """The breakdown behind the train-step ratios: device time per kernel of one eager and one
+    compiled step (fused kernels by name), and the host Python of compiled steps (the compiled call
+    still runs the model's Python to see launches)."""
     import cProfile
     import pstats
 
-    with oar.profiler.profile() as prof:
-        eager(x, y)
-        oar.synchronize(dev)
-    print(prof.key_averages().table(sort_by="device_time", row_limit=8))
+    for name, step in (("eager", eager), ("compiled", compiled)):
+        with oar.profiler.profile() as prof:
+            step(x, y)
+            oar.synchronize(dev)
+        rows = list(prof.key_averages())
+        total = sum(r.device_ns for r in rows)
+        matmul = sum(r.device_ns for r in rows if r.name == "matmul")
+        fused = [r for r in rows if r.name.startswith("oar_")]
+        print(f"{name} step: device {total / 1e6:.1f} ms: matmul {matmul / 1e6:.1f} ms, {len(fused)} fused kernels "
+              f"{sum(r.device_ns for r in fused) / 1e6:.1f} ms (x{sum(r.count for r in fused)}), other plugin "
+              f"kernels {(total - matmul - sum(r.device_ns for r in fused)) / 1e6:.1f} ms")
+        print(prof.key_averages().table(sort_by="device_time", row_limit=12))
     profiler = cProfile.Profile()
     start = time.perf_counter()
     profiler.enable()

@@ -533,3 +533,18 @@ def test_every_elementwise_op_compiles_and_matches_eager(op, arity):
         return oar.cast(function(*chained, **ATTRS.get(op, {})), dtype="float32") * 1.0
 
     _check_compiled(fn, a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_transposing_copy_stays_the_plugin_s_and_what_follows_fuses():
+    """x.T made contiguous (a weight gradient from matmul's backward): a fused kernel would read it
+    one cache line per element, so the plugin's copy does it and the update after it fuses dense."""
+    def update(g, m):
+        gt = g.transpose(0, 1).contiguous()
+        return m + (gt - m) * 0.1, gt * gt * 0.05
+
+    g, m = _rand(48, 40), _rand(40, 48, seed=1)
+    _, explanation = _check_compiled(update, g, m)
+    assert ("copy", "copy reads across rows (a transpose or a gather): the plugin's copy does it in cache-sized "
+            "tiles, the ops after it fuse on dense values") in explanation.eager, str(explanation)
+    assert explanation.kernels and all(name.startswith("oar_flat_") for name, _ in explanation.kernels), \
+        str(explanation)   # dense: flat kernels, no row kernel reading the transpose

@@ -67,3 +67,20 @@ def test_row_group_size_follows_the_device_and_the_row():
     assert gpu_group_geometry(model, pocl) == (3, 128) and model.group_size == 1
     model = row(4096, rows=3)
     assert gpu_geometry(model, gpu) == (1, 3) and model.group_size == 1  # vendor templates: one thread per row
+
+
+def test_flat_kernels_on_a_cpu_device_give_each_work_item_a_range():
+    """PoCL: a work-item per element cost 10-20x in work-group overhead; a GPU keeps one per element."""
+    from oar_codegen.render import KernelModel
+    from oar_codegen.targets import CPU_FLAT_ELEMENTS_PER_ITEM, gpu_group_geometry
+
+    def flat(n):
+        return KernelModel("k", "flat", 1, n, [{"index": 0, "ctype": "float"}], [], [], [])
+
+    pocl = {"name": "pthread-skylake-avx512", "vendor": "GenuineIntel", "max_threads_per_block": 4096}
+    gpu = {"name": "NVIDIA H100", "vendor": "NVIDIA Corporation", "max_threads_per_block": 1024}
+    n = 8 * 128 * 704
+    grid, block = gpu_group_geometry(flat(n), pocl)
+    assert block == 128 and grid * block >= n // CPU_FLAT_ELEMENTS_PER_ITEM and grid == 22, (grid, block)
+    assert gpu_group_geometry(flat(100), pocl) == (1, 1)
+    assert gpu_group_geometry(flat(n), gpu) == (n // 128, 128)

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import oar
@@ -28,6 +28,7 @@ from oar import autograd
 
 from oar_codegen import executor
 from oar_codegen.fusion import plan_trace
+from oar_codegen.plan_replay import LaunchPlan, PlanReplay
 from oar_codegen.replay import Entry, Replay
 from oar_codegen.targets import target_for
 from oar_codegen.trace import Recorder, Trace, observing
@@ -43,6 +44,9 @@ class CompileStats:
     kernels_built: int = 0
     cache_hits: int = 0
     compile_seconds: float = 0.0
+    plan_replays: int = 0       # of the replays, those run from a validated trace's launch plan
+    guard_misses: int = 0       # calls that left a launch plan (they traced again)
+    miss_reasons: collections.Counter = field(default_factory=collections.Counter, repr=False)
 
 
 def _tensor_key(value: Any) -> Any:
@@ -132,7 +136,11 @@ class CompiledFunction:
             with self._lock:
                 self._remember(signature, entry)
             return result
-        replay = Replay([e for e in entries if e.executable is not None] or entries[:1])
+        validated = next((e for e in entries if e.launch_plan is not None and e.executable is not None), None)
+        if validated is not None:
+            replay = PlanReplay(validated.launch_plan)
+        else:
+            replay = Replay([e for e in entries if e.executable is not None] or entries[:1])
         try:
             result = observing(replay, self.fn, *args, **kwargs)
         except BaseException:
@@ -141,8 +149,17 @@ class CompiledFunction:
         outcome = replay.finish()
         if outcome == "replayed":
             self.stats.replays += 1
-            self._note_replayed(signature, replay.replayed)
+            if validated is not None:
+                self.stats.plan_replays += 1
+            else:
+                self._note_replayed(signature, replay.replayed)
+                if replay.replayed.executable is not None and replay.replayed.launch_plan is None:
+                    replay.replayed.launch_plan = LaunchPlan(replay.replayed)   # validated: later calls use it
         else:
+            if validated is not None:
+                self.stats.guard_misses += 1
+                self.stats.miss_reasons[replay.miss] += 1
+                validated.launch_plan = None   # the next call matches among all traces again
             self.stats.eager_calls += 1
             self.stats.traces += 1
             entry = self._plan(outcome)

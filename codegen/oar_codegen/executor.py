@@ -7,8 +7,9 @@ import time
 from dataclasses import dataclass, field
 
 import oar
-from oar import capture
+from oar import capture, profiler
 from oar.devices import resolve
+from oar.streams import current_stream
 
 from oar_codegen import kernel_cache
 from oar_codegen.fusion import EagerUnit, FusedUnit, Plan
@@ -54,12 +55,19 @@ class Executable:
                 written.update(ref.slot for ref in self.trace.launches[unit.launch].outputs)
         return written
 
-    def run_units(self, begin: int, end: int, binding: dict[int, int], seen: list) -> None:
-        """Run units [begin, end) of the plan: fused kernels on the bound storages, the rest as the
-        launches the replay took."""
+    def run_units(self, begin: int, end: int, binding, seen: list, stream=None, eager_ran: bool = False) -> None:
+        """Run units [begin, end) of the plan: fused kernels on the bound storages (binding: slot ->
+        storage address), the rest as the launches the replay took (eager_ran: those already ran,
+        let through); on ``stream`` (default: the current stream of the plan's device)."""
+        stream = stream or launch_stream(self)
+        if profiler.records_this_thread():
+            self._run_units_profiled(begin, end, binding, seen, stream, eager_ran)
+            return
         for i in range(begin, end):
             unit = self.plan.units[i]
             if isinstance(unit, EagerUnit):
+                if eager_ran:
+                    continue
                 op, ins, outs, attrs = seen[unit.launch][:4]
                 capture.launch_now(op, ins, outs, attrs)
                 continue
@@ -67,8 +75,34 @@ class Executable:
             args = [("device_ptr", binding[slot]) for slot in kernel.buffer_slots]
             if kernel.scratch is not None:
                 args.append(("device_ptr", capture.storage_address(kernel.scratch)))
-            for function, grid, block in kernel.launches:  # on the current stream of the module's device
-                oar.raw.launch(function, grid, block, args)
+            for function, grid, block in kernel.launches:
+                function.module.plugin.launch(stream, function, grid, block, args, 0)
+
+    def _run_units_profiled(self, begin: int, end: int, binding, seen: list, stream, eager_ran: bool) -> None:
+        """run_units, each launch recorded by the profiler of this thread (the fused kernels by
+        their function names, with the operands of the launches they fuse)."""
+        for i in range(begin, end):
+            unit = self.plan.units[i]
+            if isinstance(unit, EagerUnit):
+                if eager_ran:
+                    continue
+                op, ins, outs, attrs = seen[unit.launch][:4]
+                profiler.record_launch(op, self.device, lambda: capture.launch_now(op, ins, outs, attrs), ins, outs)
+                continue
+            kernel = self.kernels[i]
+            args = [("device_ptr", binding[slot]) for slot in kernel.buffer_slots]
+            if kernel.scratch is not None:
+                args.append(("device_ptr", capture.storage_address(kernel.scratch)))
+            first, last = seen[min(self.unit_launches[i])], seen[self.unit_last[i]]
+            for function, grid, block in kernel.launches:
+                profiler.record_launch(function.name, self.device,
+                                       lambda: function.module.plugin.launch(stream, function, grid, block, args, 0),
+                                       first[1], last[2])
+
+
+def launch_stream(executable: Executable):
+    """The plugin stream handle a plan's kernels go to: the current stream of its device."""
+    return current_stream(executable.device)._c
 
 
 def run_eagerly(seen: list) -> None:

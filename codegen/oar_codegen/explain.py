@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from oar_codegen.fusion import EagerUnit, FusedUnit, plan_trace
 from oar_codegen.trace import HOST_READ, Recorder, observing
@@ -21,6 +21,7 @@ class Explanation:
     eager: list[tuple[str, str]] = field(default_factory=list)           # (op, why)
     host_reads: int = 0
     reason: str = ""
+    stats: Any = None   # fn's CompileStats when fn is a compiled function: its replays and guard misses so far
 
     def __str__(self) -> str:
         lines = [f"{self.launches} launches -> {len(self.kernels)} fused kernels, {len(self.eager)} plugin kernels, "
@@ -32,6 +33,12 @@ class Explanation:
         reasons = collections.Counter(self.eager)
         for (op, why), count in reasons.most_common():
             lines.append(f"  eager {op} x{count}: {why}")
+        if self.stats is not None:
+            s = self.stats
+            lines.append(f"calls so far: {s.traces} traced, {s.replays} replayed ({s.plan_replays} from a validated "
+                         f"launch plan), {s.guard_misses} guard misses (each fell back and traced again)")
+            for why, count in s.miss_reasons.most_common(5):
+                lines.append(f"  guard miss x{count}: {why}")
         return "\n".join(lines)
 
 
@@ -43,7 +50,8 @@ def explain(fn: Callable, *args, **kwargs) -> Explanation:
     trace = recorder.finish()  # while the result is held: what the caller keeps is written
     del result
     launches = [l for l in trace.launches if l.op != HOST_READ]
-    result = Explanation(len(launches), host_reads=len(trace.launches) - len(launches))
+    result = Explanation(len(launches), host_reads=len(trace.launches) - len(launches),
+                         stats=getattr(fn, "stats", None) if target_fn is not fn else None)
     if not trace.device:
         result.reason = "the call used several devices (or none)"
         return result

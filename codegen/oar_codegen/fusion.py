@@ -140,7 +140,7 @@ class _Planner:
         else:
             shape, split = domain.shape, domain.split
         accesses = self._input_accesses(launch, shape, split)
-        if accesses is None:
+        if accesses is None or _gathers(launch, accesses):
             return False
         for k, ref in enumerate(launch.inputs):
             source = self.producer.get(ref.slot)
@@ -209,6 +209,10 @@ class _Planner:
         outs = self._output_accesses(launch, domain, shape, split)
         if accesses is None or outs is None:
             self.refused[index] = f"{launch.op}: its operands' strides do not fold into rows and columns"
+            return False
+        if _gathers(launch, accesses):
+            self.refused[index] = ("copy reads across rows (a transpose or a gather): the plugin's copy does it "
+                                   "in cache-sized tiles, the ops after it fuse on dense values")
             return False
         self.groups.append(_Group(domain))
         self._add(len(self.groups) - 1, index, launch, shape, split, outs)
@@ -312,6 +316,12 @@ class _Planner:
                 units.append((index, EagerUnit(index, self.refused.get(index, "not fusable"))))
         units.sort(key=lambda pair: pair[0])
         return Plan([u for _, u in units], dict(self.refused))
+
+
+def _gathers(launch: Launch, accesses: list) -> bool:
+    """A copy whose source elements are not adjacent along a row (a transpose made contiguous):
+    a fused kernel would read it one scalar and one cache line per element."""
+    return launch.op == "copy" and any(abs(a.col_stride) > 1 for a in accesses)
 
 
 def _sums_all_rows(launch: Launch) -> bool:

@@ -22,6 +22,7 @@ class Entry:
     executable: executor.Executable | None
     reason: str = ""            # why there is no executable
     misses: int = 0             # replays in a row that another trace of the signature took
+    launch_plan: object = None  # a plan_replay.LaunchPlan, once a replay validated the trace
 
 
 class Replay(capture.Observer):

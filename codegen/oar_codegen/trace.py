@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from oar import capture
+from oar import capture, profiler
 
-__all__ = ["Ref", "Launch", "Trace", "Recorder", "HOST_READ", "host_read_signature", "signature_of", "observing",
-           "referenced_elsewhere"]
+__all__ = ["Ref", "Launch", "Trace", "Recorder", "HOST_READ", "host_read_signature", "operand_key", "signature_of",
+           "observing", "referenced_elsewhere"]
 
 HOST_READ = "host_read"  # the pseudo-launch of a host read: a barrier
 
@@ -79,19 +79,20 @@ def _freeze(value: Any) -> Any:
     return str(value)
 
 
-def _operand_key(t) -> tuple:
+def operand_key(t) -> tuple:
+    """What a launch operand must keep for a replay: shape, strides, offset, dtype, is-a-number."""
     return (t.shape, t.strides, t.storage_offset(), t.dtype.name, capture.is_wrapped_number(t))
 
 
 def host_read_signature(tensor) -> tuple:
     """What must be equal for a host read to replay a traced one."""
-    return (HOST_READ, _operand_key(tensor))
+    return (HOST_READ, operand_key(tensor))
 
 
 def signature_of(op: str, inputs, outputs, attrs: dict, fresh: bool) -> tuple:
     """What must be equal for a launch to replay a traced one (storages are matched separately)."""
     return (op, tuple(sorted((k, _freeze(v)) for k, v in attrs.items())),
-            tuple(_operand_key(t) for t in inputs), tuple(_operand_key(t) for t in outputs), fresh)
+            tuple(operand_key(t) for t in inputs), tuple(operand_key(t) for t in outputs), fresh)
 
 
 class Recorder(capture.Observer):
@@ -128,6 +129,10 @@ class Recorder(capture.Observer):
 
     def launch(self, op: str, inputs, outputs, attrs: dict, fresh: bool) -> bool:
         self.add(op, inputs, outputs, attrs, fresh)
+        if outputs and profiler.records_this_thread():  # the launch runs eagerly: a profiler outside sees it
+            profiler.record_launch(op, outputs[0].device, lambda: capture.launch_now(op, inputs, outputs, attrs),
+                                   inputs, outputs)
+            return True
         return False
 
     def before_host_read(self, tensor) -> None:

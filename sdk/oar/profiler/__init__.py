@@ -33,7 +33,7 @@ from oar.profiler._report import SORT_KEYS, KeyAverages, OpSummary
 from oar.profiler._trace import chrome_trace, write_atomically
 
 __all__ = ["profile", "KeyAverages", "OpSummary", "LaunchRecord", "DeviceActivity", "SORT_KEYS",
-           "DEVICE_TIMING_MODES", "is_active"]
+           "DEVICE_TIMING_MODES", "is_active", "records_this_thread", "record_launch"]
 
 _active_lock = threading.Lock()
 _active: "profile | None" = None
@@ -42,6 +42,24 @@ _active: "profile | None" = None
 def is_active() -> bool:
     """Whether a profiler is recording now (in any thread)."""
     return _active is not None
+
+
+def records_this_thread() -> bool:
+    """Whether a profiler records the launches this thread makes (it started the profiler)."""
+    active = _active
+    return active is not None and active._state == "started" and \
+        active._recorder.thread is threading.current_thread()
+
+
+def record_launch(name: str, device: Any, launch: Any, inputs: tuple = (), outputs: tuple = ()) -> None:
+    """Run ``launch()``: one launch a compiler or runtime makes past the launch observer (a fused
+    kernel through the plugin, a taken launch replayed with :func:`oar.capture.launch_now`) on the
+    current stream of ``device``. While a profiler records this thread it is recorded as a launch
+    named ``name`` (operands: ``inputs``/``outputs``, tensors, for shapes) with its device time."""
+    if not records_this_thread():
+        launch()
+        return
+    _active._recorder.record_launch(name, device, launch, tuple(inputs), tuple(outputs))
 
 
 class profile:

@@ -116,12 +116,7 @@ class Recorder(capture.Observer):
     # ---- the observer protocol ----
     def launch(self, op: str, inputs: tuple, outputs: tuple, attrs: dict, fresh_outputs: bool) -> bool:
         start = time.monotonic_ns()
-        record = LaunchRecord(
-            op, tuple(tuple(t.shape) for t in inputs) if self.record_shapes else (),
-            tuple(t.dtype.name for t in inputs), tuple(tuple(t.shape) for t in outputs) if self.record_shapes else (),
-            tuple(t.dtype.name for t in outputs), self.thread.ident or 0, self.thread.name, "", 0, start,
-            correlation=len(self.launches) + 1)
-        self.launches.append(record)
+        record = self._record(op, inputs, outputs, start)
         previous = self.previous
         if previous is not None and previous.launch(op, inputs, outputs, attrs, fresh_outputs):
             record.taken = True
@@ -130,7 +125,25 @@ class Recorder(capture.Observer):
         if not outputs:  # launch_now needs an output; let the runtime run it (host range: its start)
             record.end_ns = start
             return False
-        target = outputs[0].device
+        self._timed(record, outputs[0].device, lambda: capture.launch_now(op, inputs, outputs, attrs))
+        return True
+
+    def record_launch(self, name: str, device: Any, launch: Any, inputs: tuple, outputs: tuple) -> None:
+        """Run launch(), a launch made past the observer, recorded and timed as launch() does."""
+        record = self._record(name, inputs, outputs, time.monotonic_ns())
+        self._timed(record, device, launch)
+
+    def _record(self, op: str, inputs: tuple, outputs: tuple, start: int) -> LaunchRecord:
+        record = LaunchRecord(
+            op, tuple(tuple(t.shape) for t in inputs) if self.record_shapes else (),
+            tuple(t.dtype.name for t in inputs), tuple(tuple(t.shape) for t in outputs) if self.record_shapes else (),
+            tuple(t.dtype.name for t in outputs), self.thread.ident or 0, self.thread.name, "", 0, start,
+            correlation=len(self.launches) + 1)
+        self.launches.append(record)
+        return record
+
+    def _timed(self, record: LaunchRecord, target: Any, launch: Any) -> None:
+        """Run launch() on target's current stream, between timing events in "events" mode."""
         name = str(target)
         state = self.devices.get(name) or self._open_device(target)
         stream = current_stream(name)
@@ -139,14 +152,13 @@ class Recorder(capture.Observer):
             if state.mode == "events":
                 before, after = Event(enable_timing=True), Event(enable_timing=True)
                 before.record(stream)
-                capture.launch_now(op, inputs, outputs, attrs)
+                launch()
                 after.record(stream)
                 state.events.pairs.append((record, before, after))
             else:
-                capture.launch_now(op, inputs, outputs, attrs)
+                launch()
         finally:
             record.end_ns = time.monotonic_ns()
-        return True
 
     def before_host_read(self, tensor: Any) -> None:
         if self.previous is not None:
