@@ -18,8 +18,8 @@ import oar
 from oar import _C
 from oar import fallback as _oar_fallback
 
-__all__ = ["OAR_DTYPES", "TORCH_DTYPES", "wrap", "unwrap", "is_bridged", "set_storage", "oar_dtype",
-           "to_cpu_torch", "write_from_cpu", "oar_device", "to_torch", "from_torch"]
+__all__ = ["OAR_DTYPES", "TORCH_DTYPES", "wrap", "unwrap", "unwrap_same_device", "is_bridged", "set_storage",
+           "oar_dtype", "to_cpu_torch", "write_from_cpu", "oar_device", "to_torch", "from_torch"]
 
 OAR_DTYPES: dict[torch.dtype, Any] = {
     torch.float32: oar.float32, torch.float16: oar.float16, torch.bfloat16: oar.bfloat16,
@@ -118,6 +118,22 @@ def unwrap(value: torch.Tensor) -> Any:
     return _C._as_strided(base, list(value.shape), list(value.stride()), value.storage_offset())
 
 
+def unwrap_same_device(name: str, value: Any, kind: str) -> Any:
+    """An ATen argument with its device tensors unwrapped, refusing other-device tensors (0-d CPU
+    scalars aside) with torch's error naming the ATen op: the device check and the unwrap in one pass."""
+    if isinstance(value, torch.Tensor):
+        device = value.device
+        if device.type == kind:
+            return unwrap(value)
+        if value.dim() > 0:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
+                               f"devices, {kind}:0 and {device}! (ATen op {name})")
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(unwrap_same_device(name, v, kind) for v in value)
+    return value
+
+
 def to_cpu_torch(t: Any) -> torch.Tensor:
     """A CPU torch tensor with the values of an oar tensor (waits for the device)."""
     array = _oar_fallback.read(t)
@@ -129,7 +145,11 @@ def to_cpu_torch(t: Any) -> torch.Tensor:
 
 def write_from_cpu(t: Any, source: torch.Tensor) -> None:
     """Store a CPU torch tensor's values (broadcast, cast to t's dtype) into the oar tensor t."""
+    original = source
     source = source.detach().to(TORCH_DTYPES[t.dtype.name]).broadcast_to(tuple(t.shape)).contiguous()
+    if source.untyped_storage().data_ptr() == original.untyped_storage().data_ptr():
+        # the upload is asynchronous and reads the buffer later: the caller may write the tensor first
+        source = source.clone()
     if source.dtype == torch.bfloat16:
         from oar.tensor import numpy_dtype
 

@@ -13,6 +13,7 @@ import oar
 from oar.torch import bridge_tensor as _bt
 from oar.torch import cpu_fallback as _cpu
 from oar.torch.aten_table import Mapping, Unmapped, mapped_ops
+from oar.torch.foreach_ops import foreach_kernels
 from oar.torch.random_ops import RANDOM_KERNELS
 
 __all__ = ["install_kernels", "native_ops"]
@@ -40,22 +41,6 @@ def _wrap_result(value: Any) -> Any:
     return _bt.wrap(value) if oar.is_tensor(value) else value
 
 
-def _unwrap_checked(name: str, value: Any, kind: str) -> Any:
-    """A positional ATen argument with its device tensors unwrapped, refusing other-device tensors
-    (0-d CPU scalars aside): the device check and the unwrap in one pass (the per-op cost of a + b)."""
-    if isinstance(value, torch.Tensor):
-        device = value.device
-        if device.type == kind:
-            return _bt.unwrap(value)
-        if value.dim() > 0:
-            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
-                               f"devices, {kind}:0 and {device}! (ATen op {name})")
-        return value
-    if isinstance(value, (list, tuple)):
-        return type(value)(_unwrap_checked(name, v, kind) for v in value)
-    return value
-
-
 def _check_same_device(name: str, args: tuple) -> None:
     for value in args:
         for item in value if isinstance(value, (list, tuple)) else (value,):
@@ -76,7 +61,7 @@ def _mapped_kernel(mapping: Mapping, op: Any):
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
         kind = _bt.device_type()
-        oar_args = tuple([_unwrap_checked(name, a, kind) for a in args])
+        oar_args = tuple([_bt.unwrap_same_device(name, a, kind) for a in args])
         oar_kwargs = {k: _unwrap_value(v) for k, v in kwargs.items()} if kwargs else kwargs
         try:
             inputs, attrs = call(*oar_args, **oar_kwargs)
@@ -257,7 +242,8 @@ _NATIVE = {
 
 def native_ops() -> list[str]:
     """The ATen overloads with a kernel of the bridge (mapped to Oar ops, or factories/copies)."""
-    return sorted(set(_NATIVE) | set(mapped_ops()))
+    table = mapped_ops()
+    return sorted(set(_NATIVE) | set(table) | set(foreach_kernels(table)))
 
 
 def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
@@ -315,6 +301,8 @@ def install_kernels() -> None:
         inplace = getattr(getattr(torch.ops.aten, base + "_", None), overload, None)
         if inplace is not None and base + "_." + overload not in _NATIVE:
             impl.impl(_registration_name(f"{base}_.{overload}"), _on_bridge_stream(_inplace_kernel(mapping, inplace, functional)), "PrivateUse1")
+    for name, kernel in foreach_kernels(table).items():
+        impl.impl(_registration_name(name), _on_bridge_stream(kernel), "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_on_bridge_stream(_fallback), "PrivateUse1")
     _libraries.extend([impl, fallback])
