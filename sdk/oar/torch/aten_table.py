@@ -483,6 +483,26 @@ def _addcdiv(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
     return ops.add(x, quotient if value == 1 else ops.mul(quotient, value))
 
 
+def _pow_scalar(x: Any, exponent: Any) -> Any:
+    # torch's CPU kernel computes these exponents as products and roots, not pow(): the same values,
+    # and far cheaper than a pow per element (GPT-2's GELU cubes its input)
+    ops = _ops()
+    if exponent == 2:
+        return ops.mul(x, x)
+    if exponent == 3:
+        return ops.mul(ops.mul(x, x), x)
+    if x.is_floating_point():
+        if exponent == 0.5:
+            return ops.sqrt(x)
+        if exponent == -0.5:
+            return ops.rsqrt(x)
+        if exponent == -1:
+            return ops.reciprocal(x)
+        if exponent == -2:
+            return ops.reciprocal(ops.mul(x, x))
+    return ops.pow(x, exponent)
+
+
 def _pool_attrs(kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool) -> dict:
     if ceil_mode or any(d != 1 for d in _pair(dilation)):
         raise _Unmapped("max pooling with dilation or ceil_mode")
@@ -632,6 +652,7 @@ COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
     "lerp.Scalar": (("add", "sub", "mul"), _lerp),
     "lerp.Tensor": (("add", "sub", "mul"), _lerp),
     "addcmul.default": (("add", "mul"), _addcmul),
+    "pow.Tensor_Scalar": (("pow", "mul", "sqrt", "rsqrt", "reciprocal"), _pow_scalar),
     "addcdiv.default": (("add", "div", "mul"), _addcdiv),
     "max_pool2d_with_indices.default": (("max_pool2d", "max_pool2d_indices"), _max_pool2d_with_indices),
     "max_pool2d_with_indices_backward.default": (("max_pool2d_backward",), _max_pool2d_with_indices_backward),
