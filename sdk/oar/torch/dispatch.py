@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 import oar
+from oar import _C
 from oar.torch import bridge_tensor as _bt
 from oar.torch import cpu_fallback as _cpu
 from oar.torch.aten_table import Mapping, Unmapped, mapped_ops
@@ -53,33 +54,60 @@ def _positional_call(*args: Any, **kwargs: Any) -> tuple[tuple, dict]:
     return args, kwargs  # a composition takes the ATen arguments as they are
 
 
-def _mapped_kernel(mapping: Mapping, op: Any):
+_ON_CPU = object()  # what _mapped_compute returns for a call the CPU fallback must run
+
+
+def _mapped_compute(mapping: Mapping, op: Any):
+    """The mapped Oar op of an ATen overload as a function of the ATen arguments that returns the
+    Oar result (unwrapped), or _ON_CPU where the CPU fallback must run the call instead."""
     name = mapping.aten
     function = mapping.composed or getattr(oar.ops, mapping.oar_op)
     call = _positional_call if mapping.composed else mapping.call
-    returns_list = bool(op._schema.returns) and str(op._schema.returns[0].type) == "Tensor[]"  # once, not per call
+    unwrap = _bt.unwrap_same_device
+    registered = _bt._device_type  # set before any kernel is installed
 
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        kind = _bt.device_type()
-        oar_args = tuple([_bt.unwrap_same_device(name, a, kind) for a in args])
+    def compute(args: tuple, kwargs: dict) -> Any:
+        kind = registered[0]
+        oar_args = [unwrap(name, a, kind) for a in args]
         oar_kwargs = {k: _unwrap_value(v) for k, v in kwargs.items()} if kwargs else kwargs
         try:
             inputs, attrs = call(*oar_args, **oar_kwargs)
-            with oar.no_grad():
-                result = function(*inputs, **attrs)
+            recording = _C.grad_enabled()  # the bridge's oar tensors never record: torch's autograd does
+            if recording:
+                _C.set_grad_enabled(False)
+            try:
+                return function(*inputs, **attrs)
+            finally:
+                if recording:
+                    _C.set_grad_enabled(True)
         except Unmapped:
-            return _cpu.run_on_cpu(op, args, kwargs)
+            return _ON_CPU
         except (oar.OpNotSupportedError, oar.DTypeError) as error:  # the Oar op lacks these dtypes: CPU
             if "OAR_FALLBACK" in str(error) or os.environ.get("OAR_FALLBACK") == "0":
                 raise NotImplementedError(f"ATen op '{name}' (Oar op '{mapping.oar_op}') on device "
-                                          f"'{_bt.device_type()}': {error}") from error
-            return _cpu.run_on_cpu(op, args, kwargs)
+                                          f"'{kind}': {error}") from error
+            return _ON_CPU
         except Exception as error:
-            raise RuntimeError(f"ATen op '{name}' -> Oar op '{mapping.oar_op}' on device '{_bt.device_type()}' "
+            raise RuntimeError(f"ATen op '{name}' -> Oar op '{mapping.oar_op}' on device '{kind}' "
                                f"failed: {type(error).__name__}: {error}") from error
+
+    return compute
+
+
+def _mapped_kernel(mapping: Mapping, op: Any):
+    compute = _mapped_compute(mapping, op)
+    returns = [str(r.type) for r in op._schema.returns]
+    returns_list = returns[:1] in (["Tensor[]"], ["List[Tensor]"])  # once, not per call
+    is_tensor = oar.is_tensor
+    wrap = _bt.wrap
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        result = compute(args, kwargs)
+        if result is _ON_CPU:
+            return _cpu.run_on_cpu(op, args, kwargs)
         if isinstance(result, (list, tuple)):
             return [_wrap_result(r) for r in result] if returns_list else tuple(_wrap_result(r) for r in result)
-        return _wrap_result(result)
+        return wrap(result) if is_tensor(result) else result
 
     return kernel
 
@@ -98,14 +126,16 @@ def _transfer_aware(kernel: Any, op: Any):
 
 
 def _inplace_kernel(mapping: Mapping, op: Any, functional: Any):
-    compute = _mapped_kernel(mapping, functional)
+    compute = _mapped_compute(mapping, functional)  # the Oar result is copied in: never wrapped
 
     def kernel(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        result = compute(self, *args, **kwargs)
-        target = _bt.unwrap(self)
-        value = _bt.unwrap(result) if isinstance(result, torch.Tensor) else result
+        value = compute((self, *args), kwargs)
+        if value is _ON_CPU:
+            value = _cpu.run_on_cpu(functional, (self, *args), kwargs)
+        if isinstance(value, torch.Tensor):
+            value = _bt.unwrap(value)
         with oar.no_grad():
-            target.copy_(value)
+            _bt.unwrap(self).copy_(value)
         return self
 
     return kernel
@@ -158,8 +188,6 @@ def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_me
     extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(n > 0 for n in size) else 0
     flat = oar.empty(extent, dtype=_bt.oar_dtype(dtype, "torch.empty_strided"),
                      device=_bt.oar_device(None if device is None else device.index))
-    from oar import _C
-
     return _bt.wrap(_C._as_strided(flat, list(size), list(stride), 0))
 
 
