@@ -101,3 +101,48 @@ def test_optimizer_updates_equal_torchs_on_cpu(npu, make_optimizer):
             got = npu_opt.state[p_npu][key]
             torch.testing.assert_close(got.cpu() if isinstance(got, torch.Tensor) else got, value,
                                        rtol=1e-5, atol=1e-6)
+
+
+def test_inplace_binary_ops_write_their_target_in_one_kernel(npu, monkeypatch):
+    from oar import _C
+
+    written = []
+    run_inplace = _C._run_inplace
+
+    def counting(op, target, value):
+        ran = run_inplace(op, target, value)
+        written.append((op, ran))
+        return ran
+
+    monkeypatch.setattr(_C, "_run_inplace", counting)
+    x, y = torch.rand(4, 5).to(npu), torch.rand(4, 5).to(npu)
+    expected = (x.cpu() * 0.5 + y.cpu()) / 3
+    x.mul_(0.5).add_(y).div_(3)
+    torch._foreach_mul_([x, y], 1.0)
+    # each wrote its target in the kernel itself (no result tensor, no copy into the target)
+    assert written == [("mul", True), ("add", True), ("div", True), ("mul", True), ("mul", True)]
+    torch.testing.assert_close(x.cpu(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_foreach_inplace_element_needing_the_fallback_runs_the_rest_once(npu, monkeypatch):
+    """An element that needs the CPU fallback half way through an in-place list: the elements
+    before it were written by the kernel, it and the rest by torch's composite, each exactly once."""
+    from oar.torch import foreach_ops
+    from oar.torch.aten_table import Mapping, mapped_ops
+
+    calls = []
+
+    def refuse_the_third(x, other, alpha=1):
+        calls.append(x)
+        if len(calls) == 3:
+            raise oar.OpNotSupportedError("no kernel for this element (test)", op="add")
+        return (x, other), {}
+
+    table = dict(mapped_ops(), **{"add.Tensor": Mapping("add.Tensor", "add", refuse_the_third)})
+    kernel = foreach_ops.foreach_kernels(table)["_foreach_add_.Scalar"]
+    cpu = _lists(5, 7)
+    dev = [t.to(npu) for t in cpu]
+    assert kernel(dev, 1.5) is None
+    assert len(calls) == 3
+    for got, start in zip(dev, cpu):
+        torch.testing.assert_close(got.cpu(), start + 1.5, rtol=1e-6, atol=1e-7)

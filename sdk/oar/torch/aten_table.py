@@ -11,6 +11,7 @@ and normalization ops) that are a few Oar ops each. An ATen op in neither runs o
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -18,7 +19,7 @@ import torch
 
 import oar_opset
 
-__all__ = ["Mapping", "mapped_ops"]
+__all__ = ["Mapping", "mapped_ops", "binary_elementwise_ops"]
 
 Call = Callable[..., tuple[tuple, dict]]  # (aten args, aten kwargs) -> (oar inputs, oar attrs)
 
@@ -687,6 +688,12 @@ def _generated(opset: oar_opset.OpSet) -> dict[str, Mapping]:
                 continue  # different arity, or an in-place/out overload: those are derived below
             found[f"{op.name}.{overload}"] = Mapping(f"{op.name}.{overload}", op.name, _positional)
     return found
+
+
+@functools.lru_cache(maxsize=1)
+def binary_elementwise_ops() -> frozenset[str]:
+    """The Oar ops of kind binary: those oar._C._run_inplace can run writing their first input."""
+    return frozenset(op.name for op in oar_opset.default() if op.kind == "binary")
 
 
 def mapped_ops(opset: oar_opset.OpSet | None = None) -> dict[str, Mapping]:

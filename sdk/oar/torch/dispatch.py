@@ -13,7 +13,7 @@ import oar
 from oar import _C
 from oar.torch import bridge_tensor as _bt
 from oar.torch import cpu_fallback as _cpu
-from oar.torch.aten_table import Mapping, Unmapped, mapped_ops
+from oar.torch.aten_table import Mapping, Unmapped, binary_elementwise_ops, mapped_ops
 from oar.torch.foreach_ops import foreach_kernels
 from oar.torch.random_ops import RANDOM_KERNELS
 
@@ -127,8 +127,11 @@ def _transfer_aware(kernel: Any, op: Any):
 
 def _inplace_kernel(mapping: Mapping, op: Any, functional: Any):
     compute = _mapped_compute(mapping, functional)  # the Oar result is copied in: never wrapped
+    write_itself = _writes_itself(mapping)
 
     def kernel(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if write_itself is not None and write_itself(self, args, kwargs):
+            return self
         value = compute((self, *args), kwargs)
         if value is _ON_CPU:
             value = _cpu.run_on_cpu(functional, (self, *args), kwargs)
@@ -139,6 +142,38 @@ def _inplace_kernel(mapping: Mapping, op: Any, functional: Any):
         return self
 
     return kernel
+
+
+def _writes_itself(mapping: Mapping):
+    """For a binary elementwise Oar op: a function that runs the in-place ATen call as one kernel
+    writing its target (True), or says it cannot (False: nothing ran); None for other ops."""
+    if mapping.composed or mapping.oar_op not in binary_elementwise_ops():
+        return None
+    name, oar_op, call = mapping.aten, mapping.oar_op, mapping.call
+    registered = _bt._device_type
+
+    def run(self: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+        kind = registered[0]
+        target = _bt.unwrap_same_device(name, self, kind)
+        if not oar.is_tensor(target):
+            return False
+        oar_args = [_bt.unwrap_same_device(name, a, kind) for a in args]
+        try:
+            inputs, attrs = call(target, *oar_args, **{k: _unwrap_value(v) for k, v in kwargs.items()})
+        except Unmapped:
+            return False
+        if attrs or len(inputs) != 2 or inputs[0] is not target:
+            return False
+        other = inputs[1]
+        if isinstance(other, torch.Tensor):  # a Python number torch wrapped as a 0-d CPU tensor
+            other = other.item()
+        try:
+            return _C._run_inplace(oar_op, target, other)
+        except Exception as error:
+            raise RuntimeError(f"ATen op '{name}_' -> Oar op '{oar_op}' (in place) on device '{kind}' failed: "
+                               f"{type(error).__name__}: {error}") from error
+
+    return run
 
 
 def _out_kernel(mapping: Mapping, op: Any, functional: Any, out_names: list[str]):

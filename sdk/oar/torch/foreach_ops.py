@@ -4,8 +4,8 @@ Oar device) as one kernel per call over the whole list.
 Without these, torch runs its slow composite: one ATen dispatch per tensor, each unwrapping its
 arguments and wrapping its result as a new torch tensor (~340 calls per GPT-2 AdamW step). Here the
 lists are unwrapped once and each element runs the mapped Oar op of its per-tensor ATen overload on
-Oar tensors directly; an in-place op writes the results back only once every element has computed,
-so a list that needs the CPU fallback half way through runs torch's composite from the start instead.
+Oar tensors directly (an in-place binary op writes its target in one kernel); elements from the
+first one that needs the CPU fallback on run torch's composite instead.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any, Callable
 import torch
 
 import oar
+from oar import _C
 from oar.torch import bridge_tensor as _bt
-from oar.torch.aten_table import Mapping, Unmapped
+from oar.torch.aten_table import Mapping, Unmapped, binary_elementwise_ops
 
 __all__ = ["foreach_kernels"]
 
@@ -45,16 +46,30 @@ class _Fallback(Exception):
     """An element needs the CPU fallback: the whole list runs torch's composite."""
 
 
-def _element_runner(mapping: Mapping) -> Callable[..., Any]:
-    """The mapped Oar op of one ATen overload, called with Oar tensors and returning Oar tensors."""
+def _element_runner(mapping: Mapping, inplace: bool) -> Callable[..., Any]:
+    """The mapped Oar op of one ATen overload on Oar tensors: returns its result, or (inplace)
+    writes it into the first argument, in one kernel where the op is binary elementwise."""
     function = mapping.composed or getattr(oar.ops, mapping.oar_op)
-
     if mapping.composed:
-        return function
+        if not inplace:
+            return function
+
+        def run_composed_into(target: Any, *args: Any, **kwargs: Any) -> None:
+            target.copy_(function(target, *args, **kwargs))
+
+        return run_composed_into
+    writes_itself = inplace and mapping.oar_op in binary_elementwise_ops()
 
     def run(*args: Any, **kwargs: Any) -> Any:
         inputs, attrs = mapping.call(*args, **kwargs)
-        return function(*inputs, **attrs)
+        if writes_itself and not attrs and len(inputs) == 2 and inputs[0] is args[0] \
+                and _C._run_inplace(mapping.oar_op, inputs[0], inputs[1]):
+            return None  # the kernel wrote the target: no result to copy
+        result = function(*inputs, **attrs)
+        if inplace:
+            args[0].copy_(result)
+            return None
+        return result
 
     return run
 
@@ -86,6 +101,11 @@ def _per_element_plan(schema: torch._C.FunctionSchema) -> list[str]:
     return plan
 
 
+def _sliced(plan: list[str], args: tuple, start: int) -> tuple:
+    """The foreach arguments from element start on (the per-element lists sliced, the rest as is)."""
+    return tuple(value[start:] if how in ("list", "scalars") else value for how, value in zip(plan, args))
+
+
 def _make_kernel(name: str, op: Any, element: Callable[..., Any], plan: list[str], inplace: bool,
                  value_keyword: bool) -> Callable[..., Any]:
     def kernel(*args: Any, **kwargs: Any) -> Any:
@@ -97,9 +117,9 @@ def _make_kernel(name: str, op: Any, element: Callable[..., Any], plan: list[str
                                 _bt.to_cpu_torch(_bt.unwrap(value)).tolist()))
             else:
                 columns.append((how == "list", _bt.unwrap_same_device(name, value, kind)))
-        oar_args = [value for _, value in columns]
-        count = len(oar_args[0])
+        count = len(columns[0][1])
         results = []
+        done = 0  # elements computed (in place: written)
         try:
             with oar.no_grad():
                 for i in range(count):
@@ -108,19 +128,20 @@ def _make_kernel(name: str, op: Any, element: Callable[..., Any], plan: list[str
                         results.append(element(*element_args[:3], value=element_args[3], **kwargs))
                     else:
                         results.append(element(*element_args, **kwargs))
-        except Unmapped:
-            return op.redispatch(_COMPOSITE_KEYS, *args, **kwargs)
-        except (oar.OpNotSupportedError, oar.DTypeError) as error:
-            if "OAR_FALLBACK" in str(error) or os.environ.get("OAR_FALLBACK") == "0":
+                    done += 1
+        except (Unmapped, oar.OpNotSupportedError, oar.DTypeError) as error:
+            if not isinstance(error, Unmapped) and ("OAR_FALLBACK" in str(error)
+                                                    or os.environ.get("OAR_FALLBACK") == "0"):
                 raise NotImplementedError(f"ATen op '{name}' on device '{kind}': {error}") from error
+            # torch's composite (one ATen op per tensor, each with its own CPU fallback) for the
+            # elements not yet written; an out-of-place call wrote nothing, so it reruns them all
+            if inplace:
+                return op.redispatch(_COMPOSITE_KEYS, *_sliced(plan, args, done), **kwargs)
             return op.redispatch(_COMPOSITE_KEYS, *args, **kwargs)
         except Exception as error:
             raise RuntimeError(f"ATen op '{name}' on device '{kind}' failed: {type(error).__name__}: {error}") \
                 from error
         if inplace:
-            with oar.no_grad():
-                for target, result in zip(oar_args[0], results):
-                    target.copy_(result)
             return None
         return [_bt.wrap(r) for r in results]
 
@@ -150,6 +171,6 @@ def foreach_kernels(table: dict[str, Mapping]) -> dict[str, Callable[..., Any]]:
         if not plan or plan[0] != "list":
             continue  # pow.ScalarAndTensor: a scalar base, not a list of tensors
         name = f"{packet_name}.{overload}"
-        kernels[name] = _make_kernel(name, op, _element_runner(table[element_name]), plan, inplace,
+        kernels[name] = _make_kernel(name, op, _element_runner(table[element_name], inplace), plan, inplace,
                                      base in _SCALAR_AS_VALUE)
     return kernels
