@@ -122,6 +122,15 @@ def test_inplace_binary_ops_write_their_target_in_one_kernel(npu, monkeypatch):
     # each wrote its target in the kernel itself (no result tensor, no copy into the target)
     assert written == [("mul", True), ("add", True), ("div", True), ("mul", True), ("mul", True)]
     torch.testing.assert_close(x.cpu(), expected, rtol=1e-6, atol=1e-7)
+    # torch.optim's lerp_/addcmul_/addcdiv_: the step is added into the target
+    m, divisor = torch.rand(4, 5).to(npu), y + 1
+    m_cpu = m.cpu()
+    written.clear()
+    m.lerp_(y, 0.1).addcmul_(x, y, value=0.5)
+    torch._foreach_addcdiv_([m], [x], [divisor], value=-0.1)
+    assert written == [("add", True)] * 3
+    m_cpu.lerp_(y.cpu(), 0.1).addcmul_(x.cpu(), y.cpu(), value=0.5).addcdiv_(x.cpu(), divisor.cpu(), value=-0.1)
+    torch.testing.assert_close(m.cpu(), m_cpu, rtol=1e-5, atol=1e-6)
 
 
 def test_foreach_inplace_element_needing_the_fallback_runs_the_rest_once(npu, monkeypatch):

@@ -19,7 +19,7 @@ import torch
 
 import oar_opset
 
-__all__ = ["Mapping", "mapped_ops", "binary_elementwise_ops"]
+__all__ = ["Mapping", "STEPS", "mapped_ops", "binary_elementwise_ops"]
 
 Call = Callable[..., tuple[tuple, dict]]  # (aten args, aten kwargs) -> (oar inputs, oar attrs)
 
@@ -467,21 +467,28 @@ def _constant_pad_nd(self: Any, pad: Any, value: Any = 0) -> Any:
     return _ops().pad(self, pad=list(pad), mode="constant", value=float(value))
 
 
-def _lerp(start: Any, end: Any, weight: Any) -> Any:
-    ops = _ops()
-    return ops.add(start, ops.mul(ops.sub(end, start), weight))
+def _lerp_step(start: Any, end: Any, weight: Any) -> Any:
+    return _ops().mul(_ops().sub(end, start), weight)
 
 
-def _addcmul(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
-    ops = _ops()
-    product = ops.mul(a, b)
-    return ops.add(x, product if value == 1 else ops.mul(product, value))
+def _addcmul_step(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
+    product = _ops().mul(a, b)
+    return product if value == 1 else _ops().mul(product, value)
 
 
-def _addcdiv(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
-    ops = _ops()
-    quotient = ops.div(a, b)
-    return ops.add(x, quotient if value == 1 else ops.mul(quotient, value))
+def _addcdiv_step(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
+    quotient = _ops().div(a, b)
+    return quotient if value == 1 else _ops().mul(quotient, value)
+
+
+def _plus_step(step: Callable[..., Any]) -> Callable[..., Any]:
+    def composed(x: Any, *args: Any, **kwargs: Any) -> Any:
+        return _ops().add(x, step(x, *args, **kwargs))
+
+    return composed
+
+
+_lerp, _addcmul, _addcdiv = _plus_step(_lerp_step), _plus_step(_addcmul_step), _plus_step(_addcdiv_step)
 
 
 def _pow_scalar(x: Any, exponent: Any) -> Any:
@@ -660,6 +667,15 @@ COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
     "index.Tensor": (("index", "expand", "reshape", "cast", "concat"), _index),
     "index_put.default": (("index_put", "expand", "reshape", "cast", "concat", "full"), _index_put),
     "_index_put_impl.default": (("index_put", "expand", "reshape", "cast", "concat", "full"), _index_put),
+}
+
+STEPS: dict[str, Callable[..., Any]] = {
+    # composed ATen overloads that are "self + step(self, ...)": their in-place forms add the step
+    # into self in one kernel (torch.optim's lerp_/addcmul_/addcdiv_ on every parameter)
+    "lerp.Scalar": _lerp_step,
+    "lerp.Tensor": _lerp_step,
+    "addcmul.default": _addcmul_step,
+    "addcdiv.default": _addcdiv_step,
 }
 
 _ELEMENTWISE_KINDS = ("unary", "binary", "ternary")

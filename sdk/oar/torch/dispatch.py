@@ -13,7 +13,7 @@ import oar
 from oar import _C
 from oar.torch import bridge_tensor as _bt
 from oar.torch import cpu_fallback as _cpu
-from oar.torch.aten_table import Mapping, Unmapped, binary_elementwise_ops, mapped_ops
+from oar.torch.aten_table import STEPS, Mapping, Unmapped, binary_elementwise_ops, mapped_ops
 from oar.torch.foreach_ops import foreach_kernels
 from oar.torch.random_ops import RANDOM_KERNELS
 
@@ -145,9 +145,11 @@ def _inplace_kernel(mapping: Mapping, op: Any, functional: Any):
 
 
 def _writes_itself(mapping: Mapping):
-    """For a binary elementwise Oar op: a function that runs the in-place ATen call as one kernel
-    writing its target (True), or says it cannot (False: nothing ran); None for other ops."""
-    if mapping.composed or mapping.oar_op not in binary_elementwise_ops():
+    """For a binary elementwise Oar op, or a composition that adds a step to self (STEPS): a
+    function that runs the in-place ATen call writing its target in the kernel itself (True), or
+    says it cannot (False: nothing ran); None for other ops."""
+    step = STEPS.get(mapping.aten)
+    if step is None and (mapping.composed or mapping.oar_op not in binary_elementwise_ops()):
         return None
     name, oar_op, call = mapping.aten, mapping.oar_op, mapping.call
     registered = _bt._device_type
@@ -158,17 +160,27 @@ def _writes_itself(mapping: Mapping):
         if not oar.is_tensor(target):
             return False
         oar_args = [_bt.unwrap_same_device(name, a, kind) for a in args]
+        oar_kwargs = {k: _unwrap_value(v) for k, v in kwargs.items()}
         try:
-            inputs, attrs = call(target, *oar_args, **{k: _unwrap_value(v) for k, v in kwargs.items()})
-        except Unmapped:
-            return False
+            if step is not None:
+                op_name, inputs, attrs = "add", (target, step(target, *oar_args, **oar_kwargs)), {}
+            else:
+                op_name, (inputs, attrs) = oar_op, call(target, *oar_args, **oar_kwargs)
+        except (Unmapped, oar.OpNotSupportedError, oar.DTypeError):
+            return False  # the functional path decides: another mapping or the CPU fallback
         if attrs or len(inputs) != 2 or inputs[0] is not target:
             return False
         other = inputs[1]
         if isinstance(other, torch.Tensor):  # a Python number torch wrapped as a 0-d CPU tensor
             other = other.item()
         try:
-            return _C._run_inplace(oar_op, target, other)
+            if _C._run_inplace(op_name, target, other):
+                return True
+            if step is None:
+                return False
+            with oar.no_grad():
+                target.copy_(oar.ops.add(target, other))
+            return True
         except Exception as error:
             raise RuntimeError(f"ATen op '{name}_' -> Oar op '{oar_op}' (in place) on device '{kind}' failed: "
                                f"{type(error).__name__}: {error}") from error

@@ -18,7 +18,7 @@ import torch
 import oar
 from oar import _C
 from oar.torch import bridge_tensor as _bt
-from oar.torch.aten_table import Mapping, Unmapped, binary_elementwise_ops
+from oar.torch.aten_table import STEPS, Mapping, Unmapped, binary_elementwise_ops
 
 __all__ = ["foreach_kernels"]
 
@@ -50,6 +50,15 @@ def _element_runner(mapping: Mapping, inplace: bool) -> Callable[..., Any]:
     """The mapped Oar op of one ATen overload on Oar tensors: returns its result, or (inplace)
     writes it into the first argument, in one kernel where the op is binary elementwise."""
     function = mapping.composed or getattr(oar.ops, mapping.oar_op)
+    step = STEPS.get(mapping.aten)
+    if inplace and step is not None:
+
+        def add_step_into(target: Any, *args: Any, **kwargs: Any) -> None:
+            increment = step(target, *args, **kwargs)
+            if not _C._run_inplace("add", target, increment):
+                target.copy_(oar.ops.add(target, increment))
+
+        return add_step_into
     if mapping.composed:
         if not inplace:
             return function
