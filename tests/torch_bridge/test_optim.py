@@ -84,8 +84,14 @@ def _model() -> torch.nn.Module:
     lambda p: torch.optim.AdamW(p, lr=1e-2, amsgrad=True, foreach=True),
     lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.1, foreach=True),
     lambda p: torch.optim.SGD(p, lr=1e-1, momentum=0.9, nesterov=True, weight_decay=1e-3, foreach=True),
-], ids=["adamw_foreach", "adamw_single_tensor", "adamw_amsgrad", "adam_l2", "sgd_nesterov"])
+    lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, fused=True),
+    lambda p: torch.optim.Adam(p, lr=1e-2, weight_decay=0.1, amsgrad=True, maximize=True, fused=True),
+], ids=["adamw_foreach", "adamw_single_tensor", "adamw_amsgrad", "adam_l2", "sgd_nesterov", "adamw_fused",
+        "adam_fused_amsgrad_maximize"])
 def test_optimizer_updates_equal_torchs_on_cpu(npu, make_optimizer):
+    import oar.torch
+
+    oar.torch.reset_fallback_stats()
     cpu_model, npu_model = _model(), _model().to(npu)
     cpu_opt, npu_opt = make_optimizer(cpu_model.parameters()), make_optimizer(npu_model.parameters())
     generator = torch.Generator().manual_seed(1)
@@ -101,6 +107,7 @@ def test_optimizer_updates_equal_torchs_on_cpu(npu, make_optimizer):
             got = npu_opt.state[p_npu][key]
             torch.testing.assert_close(got.cpu() if isinstance(got, torch.Tensor) else got, value,
                                        rtol=1e-5, atol=1e-6)
+    assert oar.torch.fallback_stats() == {}  # foreach and fused steps ran as Oar ops, not on the CPU
 
 
 def test_inplace_binary_ops_write_their_target_in_one_kernel(npu, monkeypatch):

@@ -15,6 +15,7 @@ from oar.torch import bridge_tensor as _bt
 from oar.torch import cpu_fallback as _cpu
 from oar.torch.aten_table import STEPS, Mapping, Unmapped, binary_elementwise_ops, mapped_ops
 from oar.torch.foreach_ops import foreach_kernels
+from oar.torch.fused_optim import fused_optimizer_kernels
 from oar.torch.random_ops import RANDOM_KERNELS
 
 __all__ = ["install_kernels", "native_ops"]
@@ -312,6 +313,7 @@ _NATIVE = {
     "resize_.default": _resize,
     "arange.start_out": _arange_start_out,
     **RANDOM_KERNELS,
+    **fused_optimizer_kernels(),
 }
 
 
