@@ -139,8 +139,10 @@ def unwrap_same_device(name: str, value: Any, kind: str) -> Any:
             raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
                                f"devices, {kind}:0 and {device}! (ATen op {name})")
         return value
-    if isinstance(value, (list, tuple)):
-        return type(value)(unwrap_same_device(name, v, kind) for v in value)
+    if isinstance(value, list):  # Tensor[] (a foreach op's lists): a comprehension, not a generator
+        return [unwrap_same_device(name, v, kind) for v in value]
+    if isinstance(value, tuple):
+        return tuple([unwrap_same_device(name, v, kind) for v in value])
     return value
 
 
