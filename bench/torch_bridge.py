@@ -1,7 +1,8 @@
 """Per-op overhead of the PyTorch bridge: ``a + b`` of 16 float32 on the Oar device vs torch's CPU,
 a small MLP training step, (--resnet18) a torchvision ResNet-18 training step (batch 8, 3x64x64) and
 (--gpt2) a GPT-2 training step (2 layers, width 128, sequence 64, batch 8), eager and with
-``torch.compile(backend="oar")``, printed as medians with the ratio to the CPU peer of the same run.
+``torch.compile(backend="oar")``, printed as medians with the ratio to the CPU peer of the same run
+(the device and its peer take turns in every repeat, so load on a shared machine reaches both).
 
     OAR_REFCPU_DEVICE_TYPE=npu .venv/bin/python bench/torch_bridge.py --device npu --resnet18 --gpt2
 """
@@ -20,15 +21,19 @@ import torch  # noqa: E402
 import oar.torch  # noqa: E402
 
 
-def _median_seconds(step, repeats: int, inner: int) -> float:
-    step()
-    samples = []
+def _interleaved_medians(steps: dict, repeats: int, inner: int) -> dict:
+    """Median seconds per call of each step, the steps taking turns within every repeat: a load
+    change on the (shared) machine then reaches the device and its CPU peer alike."""
+    for step in steps.values():
+        step()  # warm-up: first-call compiles, caches, the optimizer's state
+    samples: dict = {name: [] for name in steps}
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
-            step()
-        samples.append((time.perf_counter() - start) / inner)
-    return statistics.median(samples)
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(inner):
+                step()
+            samples[name].append((time.perf_counter() - start) / inner)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def _mlp_step(device: str):
@@ -92,14 +97,18 @@ def _resnet18_step(device: str, compiled: bool):
 
 
 def _compare(name: str, make, device: str, repeats: int) -> None:
-    cpu = _median_seconds(make("cpu", False), repeats, 1)
+    steps = {"cpu": make("cpu", False)}
     for compiled in (False, True):
-        try:
-            dev = _median_seconds(make(device, compiled), repeats, 1)
-        except Exception as error:  # noqa: BLE001 -- a figure we cannot take is reported, not hidden
-            print(f"{name}, {'compiled' if compiled else 'eager'}: failed: {type(error).__name__}: {error}"[:400])
-            continue
         label = "compiled (backend='oar')" if compiled else "eager"
+        try:
+            steps[label] = make(device, compiled)
+            steps[label]()  # a figure we cannot take is reported, not hidden
+        except Exception as error:  # noqa: BLE001
+            print(f"{name}, {label}: failed: {type(error).__name__}: {error}"[:400])
+            steps.pop(label, None)
+    medians = _interleaved_medians(steps, repeats, 1)
+    cpu = medians.pop("cpu")
+    for label, dev in medians.items():
         print(f"{name} train step, {label}   {device}: {dev * 1e3:9.1f} ms   torch cpu eager: {cpu * 1e3:8.1f} ms   "
               f"ratio {dev / cpu:6.2f}x")
 
@@ -115,11 +124,11 @@ def main() -> None:
     torch.set_num_threads(1)
     a_cpu, b_cpu = torch.randn(16), torch.randn(16)
     a_dev, b_dev = a_cpu.to(device), b_cpu.to(device)
-    cpu = _median_seconds(lambda: a_cpu + b_cpu, args.repeats, 2000)
-    dev = _median_seconds(lambda: a_dev + b_dev, args.repeats, 2000)
+    medians = _interleaved_medians({"cpu": lambda: a_cpu + b_cpu, "dev": lambda: a_dev + b_dev}, args.repeats, 2000)
+    cpu, dev = medians["cpu"], medians["dev"]
     print(f"a + b (16 float32)   {device}: {dev * 1e6:8.2f} us   torch cpu: {cpu * 1e6:8.2f} us   ratio {dev / cpu:6.1f}x")
-    cpu = _median_seconds(_mlp_step("cpu"), args.repeats, 5)
-    dev = _median_seconds(_mlp_step(device), args.repeats, 5)
+    medians = _interleaved_medians({"cpu": _mlp_step("cpu"), "dev": _mlp_step(device)}, args.repeats, 5)
+    cpu, dev = medians["cpu"], medians["dev"]
     print(f"MLP 64-128-10 train step, batch 32   {device}: {dev * 1e3:8.2f} ms   torch cpu: {cpu * 1e3:8.2f} ms   "
           f"ratio {dev / cpu:6.1f}x")
     if args.resnet18:

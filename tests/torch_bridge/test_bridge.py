@@ -51,6 +51,10 @@ def test_version_pin_rejects_other_torch_releases():
     ("mean_keepdim", lambda a, b: a.mean(dim=0, keepdim=True)), ("softmax", lambda a, b: a.softmax(-1)),
     ("where", lambda a, b: torch.where(a > b, a, b)), ("transposed_view", lambda a, b: a.t()[1:, ::2] * 3),
     ("cat", lambda a, b: torch.cat([a, b], dim=1)), ("inplace_add", lambda a, b: a.clone().add_(b)),
+    ("pow_square", lambda a, b: a.pow(2)), ("pow_cube", lambda a, b: a ** 3),
+    ("pow_roots", lambda a, b: (a.abs() + 1).pow(0.5) + (a.abs() + 1).pow(-0.5)),
+    ("pow_reciprocals", lambda a, b: (a.abs() + 1).pow(-1) + (a.abs() + 1).pow(-2)),
+    ("pow_general", lambda a, b: (a.abs() + 1).pow(2.5)),
 ])
 def test_ops_match_torch_cpu(npu, name, fn):
     torch.manual_seed(0)

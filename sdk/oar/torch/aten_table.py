@@ -11,6 +11,7 @@ and normalization ops) that are a few Oar ops each. An ATen op in neither runs o
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -18,7 +19,7 @@ import torch
 
 import oar_opset
 
-__all__ = ["Mapping", "mapped_ops"]
+__all__ = ["Mapping", "STEPS", "mapped_ops", "binary_elementwise_ops"]
 
 Call = Callable[..., tuple[tuple, dict]]  # (aten args, aten kwargs) -> (oar inputs, oar attrs)
 
@@ -466,21 +467,48 @@ def _constant_pad_nd(self: Any, pad: Any, value: Any = 0) -> Any:
     return _ops().pad(self, pad=list(pad), mode="constant", value=float(value))
 
 
-def _lerp(start: Any, end: Any, weight: Any) -> Any:
+def _lerp_step(start: Any, end: Any, weight: Any) -> Any:
+    return _ops().mul(_ops().sub(end, start), weight)
+
+
+def _addcmul_step(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
+    product = _ops().mul(a, b)
+    return product if value == 1 else _ops().mul(product, value)
+
+
+def _addcdiv_step(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
+    quotient = _ops().div(a, b)
+    return quotient if value == 1 else _ops().mul(quotient, value)
+
+
+def _plus_step(step: Callable[..., Any]) -> Callable[..., Any]:
+    def composed(x: Any, *args: Any, **kwargs: Any) -> Any:
+        return _ops().add(x, step(x, *args, **kwargs))
+
+    return composed
+
+
+_lerp, _addcmul, _addcdiv = _plus_step(_lerp_step), _plus_step(_addcmul_step), _plus_step(_addcdiv_step)
+
+
+def _pow_scalar(x: Any, exponent: Any) -> Any:
+    # torch's CPU kernel computes these exponents as products and roots, not pow(): the same values,
+    # and far cheaper than a pow per element (GPT-2's GELU cubes its input)
     ops = _ops()
-    return ops.add(start, ops.mul(ops.sub(end, start), weight))
-
-
-def _addcmul(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
-    ops = _ops()
-    product = ops.mul(a, b)
-    return ops.add(x, product if value == 1 else ops.mul(product, value))
-
-
-def _addcdiv(x: Any, a: Any, b: Any, *, value: Any = 1) -> Any:
-    ops = _ops()
-    quotient = ops.div(a, b)
-    return ops.add(x, quotient if value == 1 else ops.mul(quotient, value))
+    if exponent == 2:
+        return ops.mul(x, x)
+    if exponent == 3:
+        return ops.mul(ops.mul(x, x), x)
+    if x.is_floating_point():
+        if exponent == 0.5:
+            return ops.sqrt(x)
+        if exponent == -0.5:
+            return ops.rsqrt(x)
+        if exponent == -1:
+            return ops.reciprocal(x)
+        if exponent == -2:
+            return ops.reciprocal(ops.mul(x, x))
+    return ops.pow(x, exponent)
 
 
 def _pool_attrs(kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool) -> dict:
@@ -632,12 +660,22 @@ COMPOSED: dict[str, tuple[tuple[str, ...], Callable[..., Any]]] = {
     "lerp.Scalar": (("add", "sub", "mul"), _lerp),
     "lerp.Tensor": (("add", "sub", "mul"), _lerp),
     "addcmul.default": (("add", "mul"), _addcmul),
+    "pow.Tensor_Scalar": (("pow", "mul", "sqrt", "rsqrt", "reciprocal"), _pow_scalar),
     "addcdiv.default": (("add", "div", "mul"), _addcdiv),
     "max_pool2d_with_indices.default": (("max_pool2d", "max_pool2d_indices"), _max_pool2d_with_indices),
     "max_pool2d_with_indices_backward.default": (("max_pool2d_backward",), _max_pool2d_with_indices_backward),
     "index.Tensor": (("index", "expand", "reshape", "cast", "concat"), _index),
     "index_put.default": (("index_put", "expand", "reshape", "cast", "concat", "full"), _index_put),
     "_index_put_impl.default": (("index_put", "expand", "reshape", "cast", "concat", "full"), _index_put),
+}
+
+STEPS: dict[str, Callable[..., Any]] = {
+    # composed ATen overloads that are "self + step(self, ...)": their in-place forms add the step
+    # into self in one kernel (torch.optim's lerp_/addcmul_/addcdiv_ on every parameter)
+    "lerp.Scalar": _lerp_step,
+    "lerp.Tensor": _lerp_step,
+    "addcmul.default": _addcmul_step,
+    "addcdiv.default": _addcdiv_step,
 }
 
 _ELEMENTWISE_KINDS = ("unary", "binary", "ternary")
@@ -666,6 +704,12 @@ def _generated(opset: oar_opset.OpSet) -> dict[str, Mapping]:
                 continue  # different arity, or an in-place/out overload: those are derived below
             found[f"{op.name}.{overload}"] = Mapping(f"{op.name}.{overload}", op.name, _positional)
     return found
+
+
+@functools.lru_cache(maxsize=1)
+def binary_elementwise_ops() -> frozenset[str]:
+    """The Oar ops of kind binary: those oar._C._run_inplace can run writing their first input."""
+    return frozenset(op.name for op in oar_opset.default() if op.kind == "binary")
 
 
 def mapped_ops(opset: oar_opset.OpSet | None = None) -> dict[str, Mapping]:

@@ -18,8 +18,8 @@ import oar
 from oar import _C
 from oar import fallback as _oar_fallback
 
-__all__ = ["OAR_DTYPES", "TORCH_DTYPES", "wrap", "unwrap", "is_bridged", "set_storage", "oar_dtype",
-           "to_cpu_torch", "write_from_cpu", "oar_device", "to_torch", "from_torch"]
+__all__ = ["OAR_DTYPES", "TORCH_DTYPES", "wrap", "unwrap", "unwrap_same_device", "is_bridged", "set_storage",
+           "oar_dtype", "to_cpu_torch", "write_from_cpu", "oar_device", "to_torch", "from_torch"]
 
 OAR_DTYPES: dict[torch.dtype, Any] = {
     torch.float32: oar.float32, torch.float16: oar.float16, torch.bfloat16: oar.bfloat16,
@@ -63,6 +63,9 @@ def oar_device(index: int | None) -> str:
 
 
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+# the boxed handle of set_: its redispatch without torch._ops' Python wrapper (wrap's largest cost)
+_SET_STORAGE = torch.ops.aten.set_.source_Storage_storage_offset._handle
+_TORCH_DTYPE_OF = {o: t for t, o in OAR_DTYPES.items()}  # oar dtype object -> torch dtype, one lookup
 
 
 def _span(t: Any) -> int:
@@ -73,8 +76,11 @@ def _span(t: Any) -> int:
 
 def _storage_of(t: Any) -> torch.UntypedStorage:
     """A non-owning torch storage over t's device memory that keeps t's oar storage alive."""
-    extent = t.storage_offset() + _span(t)
-    base = _C._as_strided(t, [extent], [1], 0)
+    if t.storage_offset() == 0 and t.is_contiguous():
+        base, extent = t, t.numel()  # an op's fresh result: its storage starts at t and holds its elements
+    else:
+        extent = t.storage_offset() + _span(t)
+        base = _C._as_strided(t, [extent], [1], 0)
     storage = torch._C._construct_storage_from_data_pointer(base.data_ptr(), _torch_device(), extent * t.itemsize)
     storage._oar_base = base
     return storage
@@ -82,14 +88,13 @@ def _storage_of(t: Any) -> torch.UntypedStorage:
 
 def set_storage(target: torch.Tensor, t: Any) -> None:
     """Point a torch tensor at an oar tensor's memory and layout (torch's CPU set_ writes metadata only)."""
-    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU_KEYS, target, _storage_of(t), t.storage_offset(), tuple(t.shape), tuple(t.strides))
+    _SET_STORAGE.redispatch_boxed(_CPU_KEYS, target, _storage_of(t), t.storage_offset(), t.shape, t.strides)
 
 
 def wrap(t: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The torch tensor on the registered device over an oar.Tensor's storage (no copy); dtype
     overrides the torch dtype for a byte-compatible empty placeholder (see dispatch._empty)."""
-    result = torch._C._acc.create_empty_tensor((0,), dtype or TORCH_DTYPES[t.dtype.name])
+    result = torch._C._acc.create_empty_tensor((0,), dtype or _TORCH_DTYPE_OF[t.dtype])
     set_storage(result, t)
     return result
 
@@ -109,13 +114,36 @@ def is_bridged(value: Any) -> bool:
 
 def unwrap(value: torch.Tensor) -> Any:
     """The oar.Tensor view of a torch tensor on the registered device (no copy)."""
-    storage = value.untyped_storage()
     try:
-        base = storage._oar_base
+        base = value.untyped_storage()._oar_base
     except AttributeError:
         raise RuntimeError(f"a tensor on {value.device} has no Oar storage (was it made outside "
                            "oar.torch?)") from None
-    return _C._as_strided(base, list(value.shape), list(value.stride()), value.storage_offset())
+    return _C._as_strided(base, value.shape, value.stride(), value.storage_offset())
+
+
+def unwrap_same_device(name: str, value: Any, kind: str) -> Any:
+    """An ATen argument with its device tensors unwrapped, refusing other-device tensors (0-d CPU
+    scalars aside) with torch's error naming the ATen op: the device check and the unwrap in one pass."""
+    if isinstance(value, torch.Tensor):
+        try:  # only the bridge's storages carry an oar base: cheaper than comparing value.device
+            base = value.untyped_storage()._oar_base
+        except (AttributeError, RuntimeError):  # RuntimeError: a tensor without storage (meta, sparse)
+            base = None
+        if base is not None:
+            return _C._as_strided(base, value.shape, value.stride(), value.storage_offset())
+        device = value.device
+        if device.type == kind:
+            return unwrap(value)
+        if value.dim() > 0:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
+                               f"devices, {kind}:0 and {device}! (ATen op {name})")
+        return value
+    if isinstance(value, list):  # Tensor[] (a foreach op's lists): a comprehension, not a generator
+        return [unwrap_same_device(name, v, kind) for v in value]
+    if isinstance(value, tuple):
+        return tuple([unwrap_same_device(name, v, kind) for v in value])
+    return value
 
 
 def to_cpu_torch(t: Any) -> torch.Tensor:
@@ -129,7 +157,11 @@ def to_cpu_torch(t: Any) -> torch.Tensor:
 
 def write_from_cpu(t: Any, source: torch.Tensor) -> None:
     """Store a CPU torch tensor's values (broadcast, cast to t's dtype) into the oar tensor t."""
+    original = source
     source = source.detach().to(TORCH_DTYPES[t.dtype.name]).broadcast_to(tuple(t.shape)).contiguous()
+    if source.untyped_storage().data_ptr() == original.untyped_storage().data_ptr():
+        # the upload is asynchronous and reads the buffer later: the caller may write the tensor first
+        source = source.clone()
     if source.dtype == torch.bfloat16:
         from oar.tensor import numpy_dtype
 

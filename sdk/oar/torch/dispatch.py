@@ -10,9 +10,12 @@ from typing import Any
 import torch
 
 import oar
+from oar import _C
 from oar.torch import bridge_tensor as _bt
 from oar.torch import cpu_fallback as _cpu
-from oar.torch.aten_table import Mapping, Unmapped, mapped_ops
+from oar.torch.aten_table import STEPS, Mapping, Unmapped, binary_elementwise_ops, mapped_ops
+from oar.torch.foreach_ops import foreach_kernels
+from oar.torch.fused_optim import fused_optimizer_kernels
 from oar.torch.random_ops import RANDOM_KERNELS
 
 __all__ = ["install_kernels", "native_ops"]
@@ -40,22 +43,6 @@ def _wrap_result(value: Any) -> Any:
     return _bt.wrap(value) if oar.is_tensor(value) else value
 
 
-def _unwrap_checked(name: str, value: Any, kind: str) -> Any:
-    """A positional ATen argument with its device tensors unwrapped, refusing other-device tensors
-    (0-d CPU scalars aside): the device check and the unwrap in one pass (the per-op cost of a + b)."""
-    if isinstance(value, torch.Tensor):
-        device = value.device
-        if device.type == kind:
-            return _bt.unwrap(value)
-        if value.dim() > 0:
-            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
-                               f"devices, {kind}:0 and {device}! (ATen op {name})")
-        return value
-    if isinstance(value, (list, tuple)):
-        return type(value)(_unwrap_checked(name, v, kind) for v in value)
-    return value
-
-
 def _check_same_device(name: str, args: tuple) -> None:
     for value in args:
         for item in value if isinstance(value, (list, tuple)) else (value,):
@@ -68,33 +55,60 @@ def _positional_call(*args: Any, **kwargs: Any) -> tuple[tuple, dict]:
     return args, kwargs  # a composition takes the ATen arguments as they are
 
 
-def _mapped_kernel(mapping: Mapping, op: Any):
+_ON_CPU = object()  # what _mapped_compute returns for a call the CPU fallback must run
+
+
+def _mapped_compute(mapping: Mapping, op: Any):
+    """The mapped Oar op of an ATen overload as a function of the ATen arguments that returns the
+    Oar result (unwrapped), or _ON_CPU where the CPU fallback must run the call instead."""
     name = mapping.aten
     function = mapping.composed or getattr(oar.ops, mapping.oar_op)
     call = _positional_call if mapping.composed else mapping.call
-    returns_list = bool(op._schema.returns) and str(op._schema.returns[0].type) == "Tensor[]"  # once, not per call
+    unwrap = _bt.unwrap_same_device
+    registered = _bt._device_type  # set before any kernel is installed
 
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        kind = _bt.device_type()
-        oar_args = tuple([_unwrap_checked(name, a, kind) for a in args])
+    def compute(args: tuple, kwargs: dict) -> Any:
+        kind = registered[0]
+        oar_args = [unwrap(name, a, kind) for a in args]
         oar_kwargs = {k: _unwrap_value(v) for k, v in kwargs.items()} if kwargs else kwargs
         try:
             inputs, attrs = call(*oar_args, **oar_kwargs)
-            with oar.no_grad():
-                result = function(*inputs, **attrs)
+            recording = _C.grad_enabled()  # the bridge's oar tensors never record: torch's autograd does
+            if recording:
+                _C.set_grad_enabled(False)
+            try:
+                return function(*inputs, **attrs)
+            finally:
+                if recording:
+                    _C.set_grad_enabled(True)
         except Unmapped:
-            return _cpu.run_on_cpu(op, args, kwargs)
+            return _ON_CPU
         except (oar.OpNotSupportedError, oar.DTypeError) as error:  # the Oar op lacks these dtypes: CPU
             if "OAR_FALLBACK" in str(error) or os.environ.get("OAR_FALLBACK") == "0":
                 raise NotImplementedError(f"ATen op '{name}' (Oar op '{mapping.oar_op}') on device "
-                                          f"'{_bt.device_type()}': {error}") from error
-            return _cpu.run_on_cpu(op, args, kwargs)
+                                          f"'{kind}': {error}") from error
+            return _ON_CPU
         except Exception as error:
-            raise RuntimeError(f"ATen op '{name}' -> Oar op '{mapping.oar_op}' on device '{_bt.device_type()}' "
+            raise RuntimeError(f"ATen op '{name}' -> Oar op '{mapping.oar_op}' on device '{kind}' "
                                f"failed: {type(error).__name__}: {error}") from error
+
+    return compute
+
+
+def _mapped_kernel(mapping: Mapping, op: Any):
+    compute = _mapped_compute(mapping, op)
+    returns = [str(r.type) for r in op._schema.returns]
+    returns_list = returns[:1] in (["Tensor[]"], ["List[Tensor]"])  # once, not per call
+    is_tensor = oar.is_tensor
+    wrap = _bt.wrap
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        result = compute(args, kwargs)
+        if result is _ON_CPU:
+            return _cpu.run_on_cpu(op, args, kwargs)
         if isinstance(result, (list, tuple)):
             return [_wrap_result(r) for r in result] if returns_list else tuple(_wrap_result(r) for r in result)
-        return _wrap_result(result)
+        return wrap(result) if is_tensor(result) else result
 
     return kernel
 
@@ -113,17 +127,66 @@ def _transfer_aware(kernel: Any, op: Any):
 
 
 def _inplace_kernel(mapping: Mapping, op: Any, functional: Any):
-    compute = _mapped_kernel(mapping, functional)
+    compute = _mapped_compute(mapping, functional)  # the Oar result is copied in: never wrapped
+    write_itself = _writes_itself(mapping)
 
     def kernel(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        result = compute(self, *args, **kwargs)
-        target = _bt.unwrap(self)
-        value = _bt.unwrap(result) if isinstance(result, torch.Tensor) else result
+        if write_itself is not None and write_itself(self, args, kwargs):
+            return self
+        value = compute((self, *args), kwargs)
+        if value is _ON_CPU:
+            value = _cpu.run_on_cpu(functional, (self, *args), kwargs)
+        if isinstance(value, torch.Tensor):
+            value = _bt.unwrap(value)
         with oar.no_grad():
-            target.copy_(value)
+            _bt.unwrap(self).copy_(value)
         return self
 
     return kernel
+
+
+def _writes_itself(mapping: Mapping):
+    """For a binary elementwise Oar op, or a composition that adds a step to self (STEPS): a
+    function that runs the in-place ATen call writing its target in the kernel itself (True), or
+    says it cannot (False: nothing ran); None for other ops."""
+    step = STEPS.get(mapping.aten)
+    if step is None and (mapping.composed or mapping.oar_op not in binary_elementwise_ops()):
+        return None
+    name, oar_op, call = mapping.aten, mapping.oar_op, mapping.call
+    registered = _bt._device_type
+
+    def run(self: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+        kind = registered[0]
+        target = _bt.unwrap_same_device(name, self, kind)
+        if not oar.is_tensor(target):
+            return False
+        oar_args = [_bt.unwrap_same_device(name, a, kind) for a in args]
+        oar_kwargs = {k: _unwrap_value(v) for k, v in kwargs.items()}
+        try:
+            if step is not None:
+                op_name, inputs, attrs = "add", (target, step(target, *oar_args, **oar_kwargs)), {}
+            else:
+                op_name, (inputs, attrs) = oar_op, call(target, *oar_args, **oar_kwargs)
+        except (Unmapped, oar.OpNotSupportedError, oar.DTypeError):
+            return False  # the functional path decides: another mapping or the CPU fallback
+        if attrs or len(inputs) != 2 or inputs[0] is not target:
+            return False
+        other = inputs[1]
+        if isinstance(other, torch.Tensor):  # a Python number torch wrapped as a 0-d CPU tensor
+            other = other.item()
+        try:
+            if _C._run_inplace(op_name, target, other):
+                return True
+            if step is None:
+                return False
+            with oar.no_grad():
+                target.copy_(oar.ops.add(target, other))
+            return True
+        except Exception as error:
+            raise RuntimeError(f"ATen op '{name}_' -> Oar op '{oar_op}' (in place) on device '{kind}' failed: "
+                               f"{type(error).__name__}: {error}") from error
+
+    return run
 
 
 def _out_kernel(mapping: Mapping, op: Any, functional: Any, out_names: list[str]):
@@ -173,8 +236,6 @@ def _empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_me
     extent = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(n > 0 for n in size) else 0
     flat = oar.empty(extent, dtype=_bt.oar_dtype(dtype, "torch.empty_strided"),
                      device=_bt.oar_device(None if device is None else device.index))
-    from oar import _C
-
     return _bt.wrap(_C._as_strided(flat, list(size), list(stride), 0))
 
 
@@ -252,12 +313,14 @@ _NATIVE = {
     "resize_.default": _resize,
     "arange.start_out": _arange_start_out,
     **RANDOM_KERNELS,
+    **fused_optimizer_kernels(),
 }
 
 
 def native_ops() -> list[str]:
     """The ATen overloads with a kernel of the bridge (mapped to Oar ops, or factories/copies)."""
-    return sorted(set(_NATIVE) | set(mapped_ops()))
+    table = mapped_ops()
+    return sorted(set(_NATIVE) | set(table) | set(foreach_kernels(table)))
 
 
 def _fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
@@ -315,6 +378,8 @@ def install_kernels() -> None:
         inplace = getattr(getattr(torch.ops.aten, base + "_", None), overload, None)
         if inplace is not None and base + "_." + overload not in _NATIVE:
             impl.impl(_registration_name(f"{base}_.{overload}"), _on_bridge_stream(_inplace_kernel(mapping, inplace, functional)), "PrivateUse1")
+    for name, kernel in foreach_kernels(table).items():
+        impl.impl(_registration_name(name), _on_bridge_stream(kernel), "PrivateUse1")
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_on_bridge_stream(_fallback), "PrivateUse1")
     _libraries.extend([impl, fallback])
