@@ -58,46 +58,35 @@ class Executable:
     def run_units(self, begin: int, end: int, binding, seen: list, stream=None, eager_ran: bool = False) -> None:
         """Run units [begin, end) of the plan: fused kernels on the bound storages (binding: slot ->
         storage address), the rest as the launches the replay took (eager_ran: those already ran,
-        let through); on ``stream`` (default: the current stream of the plan's device)."""
+        let through); on ``stream`` (default: the current stream of the plan's device). While this
+        thread's profiler records, each launch is recorded (fused kernels by their function names,
+        with the operands of the launches they fuse)."""
         stream = stream or launch_stream(self)
-        if profiler.records_this_thread():
-            self._run_units_profiled(begin, end, binding, seen, stream, eager_ran)
-            return
+        profiled = profiler.records_this_thread()
         for i in range(begin, end):
             unit = self.plan.units[i]
             if isinstance(unit, EagerUnit):
                 if eager_ran:
                     continue
                 op, ins, outs, attrs = seen[unit.launch][:4]
-                capture.launch_now(op, ins, outs, attrs)
+                if profiled:
+                    profiler.record_launch(op, self.device, lambda: capture.launch_now(op, ins, outs, attrs), ins, outs)
+                else:
+                    capture.launch_now(op, ins, outs, attrs)
                 continue
             kernel = self.kernels[i]
             args = [("device_ptr", binding[slot]) for slot in kernel.buffer_slots]
             if kernel.scratch is not None:
                 args.append(("device_ptr", capture.storage_address(kernel.scratch)))
             for function, grid, block in kernel.launches:
-                function.module.plugin.launch(stream, function, grid, block, args, 0)
-
-    def _run_units_profiled(self, begin: int, end: int, binding, seen: list, stream, eager_ran: bool) -> None:
-        """run_units, each launch recorded by the profiler of this thread (the fused kernels by
-        their function names, with the operands of the launches they fuse)."""
-        for i in range(begin, end):
-            unit = self.plan.units[i]
-            if isinstance(unit, EagerUnit):
-                if eager_ran:
-                    continue
-                op, ins, outs, attrs = seen[unit.launch][:4]
-                profiler.record_launch(op, self.device, lambda: capture.launch_now(op, ins, outs, attrs), ins, outs)
-                continue
-            kernel = self.kernels[i]
-            args = [("device_ptr", binding[slot]) for slot in kernel.buffer_slots]
-            if kernel.scratch is not None:
-                args.append(("device_ptr", capture.storage_address(kernel.scratch)))
-            first, last = seen[min(self.unit_launches[i])], seen[self.unit_last[i]]
-            for function, grid, block in kernel.launches:
-                profiler.record_launch(function.name, self.device,
-                                       lambda: function.module.plugin.launch(stream, function, grid, block, args, 0),
-                                       first[1], last[2])
+                if profiled:
+                    first, last = seen[min(self.unit_launches[i])], seen[self.unit_last[i]]
+                    profiler.record_launch(function.name, self.device,
+                                           lambda: function.module.plugin.launch(stream, function, grid, block,
+                                                                                 args, 0),
+                                           first[1], last[2])
+                else:
+                    function.module.plugin.launch(stream, function, grid, block, args, 0)
 
 
 def launch_stream(executable: Executable):

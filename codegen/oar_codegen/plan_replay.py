@@ -21,7 +21,7 @@ from oar import capture, profiler
 
 from oar_codegen import executor
 from oar_codegen.fusion import EagerUnit
-from oar_codegen.replay import Entry
+from oar_codegen.replay import Entry, recorder_of
 from oar_codegen.trace import HOST_READ, Recorder, operand_key
 
 __all__ = ["LaunchPlan", "PlanReplay"]
@@ -169,13 +169,7 @@ class PlanReplay(capture.Observer):
         """Leave the plan: run what was taken and not yet run, as it was made, and trace the call
         (current_runs_itself: the launch being observed is let through, not run here)."""
         self._run_uncovered(len(self.seen) - 1 if current_runs_itself else len(self.seen))
-        recorder = Recorder()
-        for op, ins, outs, attrs, fresh in self.seen:
-            if op == HOST_READ:
-                recorder.before_host_read(ins[0])
-            else:
-                recorder.add(op, ins, outs, attrs, fresh)
-        self.recorder = recorder
+        self.recorder = recorder_of(self.seen)
 
     def abandon(self) -> None:
         """The function raised: run what was taken so the state is what eager execution leaves."""

@@ -25,6 +25,17 @@ class Entry:
     launch_plan: object = None  # a plan_replay.LaunchPlan, once a replay validated the trace
 
 
+def recorder_of(seen: list) -> Recorder:
+    """A Recorder holding the launches (and host reads) a diverged call has made so far: it traces the rest."""
+    recorder = Recorder()
+    for op, ins, outs, attrs, fresh in seen:
+        if op == HOST_READ:
+            recorder.before_host_read(ins[0])
+        else:
+            recorder.add(op, ins, outs, attrs, fresh)
+    return recorder
+
+
 class Replay(capture.Observer):
     """The launch observer of a replaying call: matches launches against candidate traces, takes
     them, and runs each unit of the plan as soon as the launches it covers have all been seen (so
@@ -84,13 +95,7 @@ class Replay(capture.Observer):
         and trace the rest of the call (current_runs_itself: the launch being observed is let
         through, not run here)."""
         self._run_uncovered(len(self.seen) - 1 if current_runs_itself else len(self.seen))
-        recorder = Recorder()
-        for op, ins, outs, attrs, fresh in self.seen:
-            if op == HOST_READ:
-                recorder.before_host_read(ins[0])
-            else:
-                recorder.add(op, ins, outs, attrs, fresh)
-        self.recorder = recorder
+        self.recorder = recorder_of(self.seen)
 
     def launch(self, op: str, inputs, outputs, attrs: dict, fresh: bool) -> bool:
         if self.recorder is not None:

@@ -16,15 +16,6 @@ torch = pytest.importorskip("torch")
 import oar  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def npu(dev):
-    import oar.torch
-
-    kind = dev.split(":")[0]
-    oar.torch.register(kind)
-    return kind
-
-
 def test_register_names_the_device_and_refuses_a_second_type(npu):
     import oar.torch
 

@@ -10,15 +10,6 @@ torch = pytest.importorskip("torch")
 import oar  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def npu(dev):
-    import oar.torch
-
-    kind = dev.split(":")[0]
-    oar.torch.register(kind)
-    return kind
-
-
 def test_compiled_mlp_matches_cpu_forward_and_backward(npu, private_kernel_cache):
     from oar.torch import compile_backend
 

@@ -12,15 +12,6 @@ transformers = pytest.importorskip("transformers")
 import oar  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def npu(dev):
-    import oar.torch
-
-    kind = dev.split(":")[0]
-    oar.torch.register(kind)
-    return kind
-
-
 def _gpt2(tied: bool):
     config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=32, vocab_size=128,
                                      attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, tie_word_embeddings=tied)

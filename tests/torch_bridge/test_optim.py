@@ -12,15 +12,6 @@ torch = pytest.importorskip("torch")
 import oar  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def npu(dev):
-    import oar.torch
-
-    kind = dev.split(":")[0]
-    oar.torch.register(kind)
-    return kind
-
-
 def _lists(count: int, seed: int) -> list:
     generator = torch.Generator().manual_seed(seed)
     shapes = [(3, 4), (7,), (2, 3, 5), ()]

@@ -12,15 +12,6 @@ torch = pytest.importorskip("torch")
 import oar  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def npu(dev):
-    import oar.torch
-
-    kind = dev.split(":")[0]
-    oar.torch.register(kind)
-    return kind
-
-
 def test_randn_and_rand_are_oars_philox_streams_seeded_by_the_device_module(npu):
     import oar.torch
 

@@ -13,16 +13,6 @@ pytest.importorskip("transformers")
 from oar_conformance.levels import torch_zoo  # noqa: E402
 
 
-
-@pytest.fixture(scope="module")
-def npu(dev):
-    import oar.torch
-
-    kind = dev.split(":")[0]
-    oar.torch.register(kind)
-    return kind
-
-
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "vit_b_16", "bert"])
 def test_zoo_train_step_matches_cpu(npu, name, dtype):

@@ -263,44 +263,13 @@ double philox_uniform_f64(uint64_t seed, uint64_t counter);
 
 /* ---- fast float32 math that gcc vectorizes (no fast-math) -------------------- */
 
-/* e^x within 1 ulp over the whole range (0.95 measured); NaN, +-Inf, overflow
-   and subnormal results as expf. Cephes' expf polynomial, evaluated with fmaf. */
-REFCPU_ALWAYS_INLINE float refcpu_expf(float x) {
-  const float log2e = 1.44269504088896341f;
-  const float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
-  float clamped = x < 88.8f ? x : 88.8f; /* NaN: computed on 88.8 (minps), returned as x below */
-  clamped = clamped > -104.0f ? clamped : -104.0f;
+/* The core of the expf variants (Cephes' expf polynomial, evaluated with fmaf): x = n ln 2 + r,
+   returns e^r and sets *t to n + 1.5 * 2^23, whose low bits hold n. */
+REFCPU_ALWAYS_INLINE float refcpu_expf_reduced(float x, float* t) {
   const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
-  float t = __builtin_fmaf(clamped, log2e, shifter);
-  float n = t - shifter;
-  float r = __builtin_fmaf(-n, ln2_hi, clamped);
-  r = __builtin_fmaf(-n, ln2_lo, r);
-  float p = 1.9875691500e-4f;
-  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
-  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
-  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
-  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
-  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
-  p = __builtin_fmaf(p, r * r, r) + 1.0f;
-  int32_t bits;
-  memcpy(&bits, &t, sizeof bits);
-  int32_t k = bits - 0x4B400000; /* n as an integer, |n| <= 151 */
-  int32_t k1 = k >> 1, k2 = k - k1; /* two steps so subnormal results and 2^128 scale correctly */
-  uint32_t s1 = (uint32_t)(k1 + 127) << 23, s2 = (uint32_t)(k2 + 127) << 23;
-  float f1, f2;
-  memcpy(&f1, &s1, sizeof f1);
-  memcpy(&f2, &s2, sizeof f2);
-  float result = p * f1 * f2;
-  return x != x ? x : result;
-}
-
-/* e^x for 0 <= x <= 88 (x not NaN): refcpu_expf without the clamps, NaN
-   select and two-step scaling that results past the normal range need. */
-REFCPU_ALWAYS_INLINE float refcpu_expf_nonnegative(float x) {
-  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
-  float t = __builtin_fmaf(x, 1.44269504088896341f, shifter);
-  float n = t - shifter;
-  float r = __builtin_fmaf(-n, 0.693359375f, x);
+  *t = __builtin_fmaf(x, 1.44269504088896341f, shifter);
+  float n = *t - shifter;
+  float r = __builtin_fmaf(-n, 0.693359375f, x); /* ln 2 in two parts */
   r = __builtin_fmaf(-n, -2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
   p = __builtin_fmaf(p, r, 1.3981999507e-3f);
@@ -308,7 +277,39 @@ REFCPU_ALWAYS_INLINE float refcpu_expf_nonnegative(float x) {
   p = __builtin_fmaf(p, r, 4.1665795894e-2f);
   p = __builtin_fmaf(p, r, 1.6666665459e-1f);
   p = __builtin_fmaf(p, r, 5.0000001201e-1f);
-  p = __builtin_fmaf(p, r * r, r) + 1.0f;
+  return __builtin_fmaf(p, r * r, r) + 1.0f;
+}
+
+/* p 2^n for t from refcpu_expf_reduced, |n| <= 151, in two steps so subnormal results and 2^128
+   scale correctly. */
+REFCPU_ALWAYS_INLINE float refcpu_expf_scale(float p, float t) {
+  int32_t bits;
+  memcpy(&bits, &t, sizeof bits);
+  int32_t k = bits - 0x4B400000; /* n as an integer */
+  int32_t k1 = k >> 1, k2 = k - k1;
+  uint32_t s1 = (uint32_t)(k1 + 127) << 23, s2 = (uint32_t)(k2 + 127) << 23;
+  float f1, f2;
+  memcpy(&f1, &s1, sizeof f1);
+  memcpy(&f2, &s2, sizeof f2);
+  return p * f1 * f2;
+}
+
+/* e^x within 1 ulp over the whole range (0.95 measured); NaN, +-Inf, overflow
+   and subnormal results as expf. */
+REFCPU_ALWAYS_INLINE float refcpu_expf(float x) {
+  float clamped = x < 88.8f ? x : 88.8f; /* NaN: computed on 88.8 (minps), returned as x below */
+  clamped = clamped > -104.0f ? clamped : -104.0f;
+  float t;
+  float p = refcpu_expf_reduced(clamped, &t);
+  float result = refcpu_expf_scale(p, t);
+  return x != x ? x : result;
+}
+
+/* e^x for 0 <= x <= 88 (x not NaN): refcpu_expf without the clamps, NaN
+   select and two-step scaling that results past the normal range need. */
+REFCPU_ALWAYS_INLINE float refcpu_expf_nonnegative(float x) {
+  float t;
+  float p = refcpu_expf_reduced(x, &t);
   int32_t bits;
   memcpy(&bits, &t, sizeof bits);
   uint32_t scale_bits = (uint32_t)(bits - 0x4B400000 + 127) << 23; /* 2^n, 0 <= n <= 127 */
@@ -338,27 +339,9 @@ REFCPU_ALWAYS_INLINE float refcpu_tanhf(float x) {
 /* e^x for -104 <= x <= 0: refcpu_expf without its clamps and NaN select
    (same bits), keeping the two-step scaling that subnormal results need. */
 REFCPU_ALWAYS_INLINE float refcpu_expf_nonpositive(float x) {
-  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
-  float t = __builtin_fmaf(x, 1.44269504088896341f, shifter);
-  float n = t - shifter;
-  float r = __builtin_fmaf(-n, 0.693359375f, x);
-  r = __builtin_fmaf(-n, -2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
-  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
-  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
-  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
-  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
-  p = __builtin_fmaf(p, r * r, r) + 1.0f;
-  int32_t bits;
-  memcpy(&bits, &t, sizeof bits);
-  int32_t k = bits - 0x4B400000; /* n as an integer, -150 <= n <= 0 */
-  int32_t k1 = k >> 1, k2 = k - k1;
-  uint32_t s1 = (uint32_t)(k1 + 127) << 23, s2 = (uint32_t)(k2 + 127) << 23;
-  float f1, f2;
-  memcpy(&f1, &s1, sizeof f1);
-  memcpy(&f2, &s2, sizeof f2);
-  return p * f1 * f2;
+  float t;
+  float p = refcpu_expf_reduced(x, &t);
+  return refcpu_expf_scale(p, t);
 }
 
 /* e^(-s x^2) for s = 1 or 1/2 (exact scalings): s x^2 = hi + lo exactly (fmaf),

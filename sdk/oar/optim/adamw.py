@@ -9,7 +9,7 @@ import oar
 from oar.autograd import enable_grad, no_grad
 from oar.optim.optimizer import Optimizer
 
-__all__ = ["AdamW", "Adam"]
+__all__ = ["AdamW", "Adam", "adam_update"]
 
 
 class AdamW(Optimizer):
@@ -53,22 +53,32 @@ class AdamW(Optimizer):
                     state["exp_avg"] = oar.zeros(list(p.shape), dtype=p.dtype, device=p.device)
                     state["exp_avg_sq"] = oar.zeros(list(p.shape), dtype=p.dtype, device=p.device)
                 state["step"] += 1
-                t = state["step"]
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                if weight_decay:
-                    if self._decoupled:
-                        p.mul_(1.0 - lr * weight_decay)
-                    else:
-                        g = oar.add(g, oar.mul(p, weight_decay))
-                # m = b1 m + (1 - b1) g  as  m += (g - m) (1 - b1), torch's lerp
-                m.add_(oar.mul(oar.sub(g, m), 1.0 - beta1))
-                v.mul_(beta2)
-                v.add_(oar.mul(oar.mul(g, g), 1.0 - beta2))
-                bias_correction1 = 1.0 - beta1 ** t
-                bias_correction2_sqrt = math.sqrt(1.0 - beta2 ** t)
-                denom = oar.add(oar.div(oar.sqrt(v), bias_correction2_sqrt), eps)
-                p.add_(oar.mul(oar.div(m, denom), -lr / bias_correction1))
+                adam_update(p, g, state["exp_avg"], state["exp_avg_sq"], state["step"], lr=lr, beta1=beta1,
+                            beta2=beta2, eps=eps, weight_decay=weight_decay, decoupled=self._decoupled)
         return loss
+
+
+def adam_update(p, g, m, v, step: int, *, lr: float, beta1: float, beta2: float, eps: float,
+                weight_decay: float, decoupled: bool, max_v=None) -> None:
+    """One Adam (decoupled: AdamW) update of parameter p in place, torch's formulas: p, its
+    gradient g (already negated for maximize), the moments m and v (updated in place), the step
+    count after this step, and for AMSGrad the running maximum of v (max_v, updated in place)."""
+    if weight_decay:
+        if decoupled:
+            p.mul_(1.0 - lr * weight_decay)
+        else:
+            g = oar.add(g, oar.mul(p, weight_decay))
+    # m = b1 m + (1 - b1) g  as  m += (g - m) (1 - b1), torch's lerp
+    m.add_(oar.mul(oar.sub(g, m), 1.0 - beta1))
+    v.mul_(beta2)
+    v.add_(oar.mul(oar.mul(g, g), 1.0 - beta2))
+    if max_v is not None:
+        max_v.copy_(oar.maximum(max_v, v))
+        v = max_v
+    bias_correction1 = 1.0 - beta1 ** step
+    bias_correction2_sqrt = math.sqrt(1.0 - beta2 ** step)
+    denom = oar.add(oar.div(oar.sqrt(v), bias_correction2_sqrt), eps)
+    p.add_(oar.mul(oar.div(m, denom), -lr / bias_correction1))
 
 
 class Adam(AdamW):

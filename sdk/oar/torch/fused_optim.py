@@ -10,7 +10,6 @@ call. Gradient scaling (grad_scale, found_inf) and a tensor learning rate run on
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import torch
@@ -42,26 +41,12 @@ def _kernel(op: Any, decoupled: bool) -> Callable[..., Any]:
             return _cpu.run_on_cpu(op, arguments, options)
         kind = _bt.device_type()
         p_, g_, m_, v_, vmax_, t_ = (_bt.unwrap_same_device(name, list(a), kind) for a in arguments)
-        ops = oar.ops
         with oar.no_grad():
             for i, t in enumerate(_step_counts(t_)):
-                p, g, m, v = p_[i], g_[i], m_[i], v_[i]
-                if maximize:
-                    g = ops.neg(g)
-                if weight_decay:
-                    if decoupled:
-                        p.mul_(1.0 - lr * weight_decay)
-                    else:
-                        g = ops.add(g, ops.mul(p, weight_decay))
-                m.add_(ops.mul(ops.sub(g, m), 1.0 - beta1))
-                v.mul_(beta2)
-                v.add_(ops.mul(ops.mul(g, g), 1.0 - beta2))
-                if amsgrad:
-                    vmax_[i].copy_(ops.maximum(vmax_[i], v))
-                    v = vmax_[i]
-                bias_correction2_sqrt = math.sqrt(1.0 - beta2 ** t)
-                denom = ops.add(ops.div(ops.sqrt(v), bias_correction2_sqrt), eps)
-                p.add_(ops.mul(ops.div(m, denom), -lr / (1.0 - beta1 ** t)))
+                g = oar.ops.neg(g_[i]) if maximize else g_[i]
+                oar.optim.adam_update(p_[i], g, m_[i], v_[i], t, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+                                      weight_decay=weight_decay, decoupled=decoupled,
+                                      max_v=vmax_[i] if amsgrad else None)
         return None
 
     return kernel
