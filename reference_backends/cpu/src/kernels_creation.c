@@ -189,11 +189,19 @@ typedef struct arange_context {
   int64_t start_i, step_i;
 } arange_context;
 
-static void arange_fill(char* out, int64_t stride, int64_t first, int64_t count, void* opaque) {
+/* Indices below 2^31 convert to double as int32, which vectorizes on AVX2 too (AVX-512 only has
+   a vector int64 -> double). */
+REFCPU_VECTOR_CLONES static void arange_fill(char* out, int64_t stride, int64_t first, int64_t count,
+                                             void* opaque) {
   const arange_context* a = opaque;
   if (a->dtype == DTYPE_F32 && stride == 4) {
     float* o = (float*)out;
-    for (int64_t i = 0; i < count; i++) o[i] = (float)(a->start + (double)(first + i) * a->step);
+    if (first + count <= INT32_MAX) {
+      int32_t base = (int32_t)first;
+      for (int32_t i = 0; i < (int32_t)count; i++) o[i] = (float)(a->start + (double)(base + i) * a->step);
+    } else {
+      for (int64_t i = 0; i < count; i++) o[i] = (float)(a->start + (double)(first + i) * a->step);
+    }
     return;
   }
   for (int64_t i = 0; i < count; i++) {
