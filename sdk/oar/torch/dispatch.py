@@ -3,7 +3,6 @@ on the CPU fallback. Registered once by oar.torch.registration.install_kernels()
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
@@ -11,6 +10,7 @@ import torch
 
 import oar
 from oar import _C
+from oar.fallback import fallback_enabled
 from oar.torch import bridge_tensor as _bt
 from oar.torch import cpu_fallback as _cpu
 from oar.torch.aten_table import STEPS, Mapping, Unmapped, binary_elementwise_ops, mapped_ops
@@ -84,7 +84,7 @@ def _mapped_compute(mapping: Mapping, op: Any):
         except Unmapped:
             return _ON_CPU
         except (oar.OpNotSupportedError, oar.DTypeError) as error:  # the Oar op lacks these dtypes: CPU
-            if "OAR_FALLBACK" in str(error) or os.environ.get("OAR_FALLBACK") == "0":
+            if "OAR_FALLBACK" in str(error) or not fallback_enabled():
                 raise NotImplementedError(f"ATen op '{name}' (Oar op '{mapping.oar_op}') on device "
                                           f"'{kind}': {error}") from error
             return _ON_CPU

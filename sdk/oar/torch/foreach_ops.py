@@ -10,13 +10,13 @@ first one that needs the CPU fallback on run torch's composite instead.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 import torch
 
 import oar
 from oar import _C
+from oar.fallback import fallback_enabled
 from oar.torch import bridge_tensor as _bt
 from oar.torch.aten_table import STEPS, Mapping, Unmapped, binary_elementwise_ops
 
@@ -40,10 +40,6 @@ _SPECIAL_ELEMENT = {
     ("clamp_min", "Scalar"): "clamp_min.default", ("clamp_max", "Scalar"): "clamp_max.default",
     ("maximum", "List"): "maximum.default", ("minimum", "List"): "minimum.default",
 }
-
-
-class _Fallback(Exception):
-    """An element needs the CPU fallback: the whole list runs torch's composite."""
 
 
 def _element_runner(mapping: Mapping, inplace: bool) -> Callable[..., Any]:
@@ -139,8 +135,7 @@ def _make_kernel(name: str, op: Any, element: Callable[..., Any], plan: list[str
                         results.append(element(*element_args, **kwargs))
                     done += 1
         except (Unmapped, oar.OpNotSupportedError, oar.DTypeError) as error:
-            if not isinstance(error, Unmapped) and ("OAR_FALLBACK" in str(error)
-                                                    or os.environ.get("OAR_FALLBACK") == "0"):
+            if not isinstance(error, Unmapped) and ("OAR_FALLBACK" in str(error) or not fallback_enabled()):
                 raise NotImplementedError(f"ATen op '{name}' on device '{kind}': {error}") from error
             # torch's composite (one ATen op per tensor, each with its own CPU fallback) for the
             # elements not yet written; an out-of-place call wrote nothing, so it reruns them all
